@@ -1,0 +1,26 @@
+#pragma once
+// The subcommands of `kvtier`. Each lives in cli/cmd_<name>.cc and is listed once in the
+// table in cli/main.cc (no self-registration). A command receives the arguments after its
+// name, prints to stdout/stderr, and returns the process exit code: 0 success, 1 a runtime
+// failure, 2 bad input (InputError). Commands may throw InputError; main turns it into exit 2.
+
+#include <string>
+#include <vector>
+
+namespace kvtier::cli {
+
+using Args = std::vector<std::string>;
+
+struct Command {
+  const char* name;     // "sim", "trace", ...
+  const char* summary;  // one line for `kvtier --help`
+  int (*run)(const Args& args);
+};
+
+// The table in main.cc; exposed so `kvtier help` and tests can list it.
+const std::vector<Command>& AllCommands();
+
+int RunConfig(const Args& args);  // cmd_config.cc
+int RunModel(const Args& args);   // cmd_model.cc
+
+}  // namespace kvtier::cli

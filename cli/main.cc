@@ -1,0 +1,59 @@
+// kvtier: which prefix-KV caching, loading and prefetching policy gives the lowest TTFT,
+// at what accuracy cost, on which hardware. See README.md and docs/architecture.md.
+
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "cli/commands.h"
+#include "core/errors.h"
+
+namespace kvtier::cli {
+
+const std::vector<Command>& AllCommands() {
+  static const std::vector<Command> kCommands = {
+      {"config", "print the fully resolved configuration of an experiment", RunConfig},
+      {"model", "print a model's KV sizes and prefill/decode cost", RunModel},
+  };
+  return kCommands;
+}
+
+namespace {
+
+void PrintUsage(std::FILE* out) {
+  std::fprintf(out, "usage: kvtier <command> [options]   (kvtier <command> --help for details)\n\n");
+  std::fprintf(out, "commands:\n");
+  for (const Command& c : AllCommands()) std::fprintf(out, "  %-16s %s\n", c.name, c.summary);
+}
+
+}  // namespace
+}  // namespace kvtier::cli
+
+int main(int argc, char** argv) {
+  using namespace kvtier::cli;
+  if (argc < 2) {
+    PrintUsage(stderr);
+    return kvtier::kExitBadInput;
+  }
+  const std::string name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    PrintUsage(stdout);
+    return 0;
+  }
+  Args args(argv + 2, argv + argc);
+  for (const Command& c : AllCommands()) {
+    if (name != c.name) continue;
+    try {
+      return c.run(args);
+    } catch (const kvtier::InputError& e) {
+      std::fprintf(stderr, "kvtier %s: error: %s\n", c.name, e.what());
+      return kvtier::kExitBadInput;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kvtier %s: internal error: %s\n", c.name, e.what());
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "kvtier: unknown command '%s'\n\n", name.c_str());
+  PrintUsage(stderr);
+  return kvtier::kExitBadInput;
+}

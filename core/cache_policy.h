@@ -1,0 +1,49 @@
+#pragma once
+// Cache policies for the GPU and CPU tiers. A CachePolicy only *ranks* chunks: it maps the
+// statistics of a chunk to a priority (higher = more worth keeping). TieredCache
+// (core/tiered_cache.h) keeps one indexed min-heap per tier ordered by that priority and
+// applies SPEC's promote/demote rules, so every policy shares one set of mechanics and the
+// contract tests cover all of them.
+//
+//   lru    priority = tick of the last access         (newest access always wins admission)
+//   lfu    priority = access frequency
+//   score  priority = frequency x moving-average important ratio   (SPEC §IV-D2, Fig. 14)
+//
+// Policies are stateless and thread-safe. New policies: one file, one line in the table in
+// cache_policy.cc.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvtier {
+
+// What the policies score by; kept by TieredCache for every chunk ever accessed (resident or
+// not), because admission compares a chunk on SSD with the residents.
+struct ChunkStats {
+  std::uint64_t frequency = 0;       // accesses so far
+  double important_ratio = 0;        // moving average of the fraction of rows used per access
+  std::uint64_t last_access = 0;     // logical tick of the last access (1, 2, ...)
+};
+
+class CachePolicy {
+ public:
+  virtual ~CachePolicy() = default;
+  // Name used in configs and in the runs table: "lru", "lfu", "score".
+  virtual std::string_view Name() const = 0;
+  // Priority of a chunk with statistics `stats`; deterministic, finite.
+  virtual double Priority(const ChunkStats& stats) const = 0;
+};
+
+std::unique_ptr<CachePolicy> NewLruPolicy();
+std::unique_ptr<CachePolicy> NewLfuPolicy();
+std::unique_ptr<CachePolicy> NewScorePolicy();
+
+// Maps a config name to a policy. Throws ConfigError naming `key` and listing the valid
+// names when `name` is unknown.
+std::unique_ptr<CachePolicy> NewCachePolicy(std::string_view name, std::string_view key);
+std::vector<std::string> CachePolicyNames();
+
+}  // namespace kvtier

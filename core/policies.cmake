@@ -1,0 +1,3 @@
+# Sources of the cache policies, TieredCache, ITF/H2O selection and the prefetch ledger.
+list(APPEND KVTIER_CORE_POLICY_SOURCES
+)

@@ -1,0 +1,117 @@
+#pragma once
+// RunLog: where the Pipeline reports what happened, one record per request, layer, transfer
+// and decision, plus named metrics. The SQLite implementation (results schema, see
+// analysis/SCHEMA.md) lives outside core; MemoryRunLog below keeps records in vectors for
+// tests and parity checks. Record fields carry units in their names (_s seconds, _bytes).
+//
+// Decisions depend only on policy inputs, so two executors given the same trace and config
+// log identical decision rows except where a decision depends on timing; those rows say so
+// (`timing_dependent`). Not thread-safe: one Pipeline logs from one thread.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/executor.h"
+#include "core/types.h"
+
+namespace kvtier {
+
+struct RequestRecord {
+  RequestId request_id = 0;
+  Seconds arrival_s = 0;
+  Seconds start_s = 0;               // when the GPU began serving it (>= arrival)
+  Seconds end_s = 0;                 // first token available
+  std::int64_t prefix_tokens = 0;
+  std::int64_t reused_tokens = 0;    // |R|: matched in the radix tree
+  std::int64_t query_tokens = 0;
+  std::int64_t important_tokens = 0; // sum over layers of tokens kept from R (per-layer mean * L)
+  Seconds ttft_s = 0;                // end - start (service time)
+  Seconds ttft_arrival_s = 0;        // end - arrival (includes queueing)
+  Seconds io_stall_s = 0;            // GPU idle waiting for KV (exposed I/O)
+  Bytes ssd_read_bytes = 0;
+  Bytes ssd_write_bytes = 0;
+  Bytes pcie_h2d_bytes = 0;
+  Bytes pcie_d2h_bytes = 0;
+  std::int64_t gpu_hit_chunks = 0;
+  std::int64_t cpu_hit_chunks = 0;
+  std::int64_t ssd_read_chunks = 0;
+  std::int64_t itf_layers = 0;       // layers where ITF ran
+  std::int64_t itf_fallback_layers = 0;
+  bool warmup = false;               // excluded from statistics
+  std::string status = "ok";         // "ok" or the error that stopped it
+};
+
+struct LayerRecord {
+  RequestId request_id = 0;
+  int layer = 0;
+  double itf_similarity = -1;        // -1: ITF not run
+  double itf_threshold = -1;
+  bool itf_fallback = false;
+  std::int64_t selected_tokens = 0;  // |S_l| (per-head sets: mean size)
+  std::int64_t loaded_chunks = 0;    // K/V chunks this layer needed from CPU/SSD
+  std::int64_t prefetched_chunks = 0;
+  std::int64_t prefetch_used_chunks = 0;
+  Seconds start_s = 0;               // layer compute start
+  Seconds end_s = 0;                 // layer compute end
+  Seconds stall_s = 0;               // time the layer waited for its KV after the GPU was free
+};
+
+struct TransferRecord {
+  RequestId request_id = 0;
+  int layer = -1;
+  Tier src = Tier::kSsd;
+  Tier dst = Tier::kCpu;
+  TransferKind kind = TransferKind::kSsdRead;
+  Purpose purpose = Purpose::kDemand;
+  Bytes bytes = 0;
+  std::uint32_t ios = 0;
+  Seconds submit_s = 0;
+  Seconds start_s = 0;
+  Seconds end_s = 0;
+};
+
+// A policy decision: "itf" (detail: pass/fallback), "admit", "evict", "promote", "demote",
+// "prefetch", "reorder", "store".
+struct DecisionRecord {
+  RequestId request_id = 0;
+  int layer = -1;
+  std::string kind;
+  std::uint64_t chunk = 0;           // ChunkId::value, 0 when not about one chunk
+  std::string detail;
+  bool timing_dependent = false;
+
+  friend bool operator==(const DecisionRecord&, const DecisionRecord&) = default;
+};
+
+class RunLog {
+ public:
+  virtual ~RunLog() = default;
+  virtual void LogRequest(const RequestRecord& record) = 0;
+  virtual void LogLayer(const LayerRecord& record) = 0;
+  virtual void LogTransfer(const TransferRecord& record) = 0;
+  virtual void LogDecision(const DecisionRecord& record) = 0;
+  virtual void LogMetric(const std::string& name, double value) = 0;
+  // Called after each request's records: a durable implementation commits its batch here.
+  virtual void Flush() {}
+};
+
+// Keeps every record in memory. For tests, parity checks and small runs.
+class MemoryRunLog : public RunLog {
+ public:
+  void LogRequest(const RequestRecord& r) override { requests.push_back(r); }
+  void LogLayer(const LayerRecord& r) override { layers.push_back(r); }
+  void LogTransfer(const TransferRecord& r) override { transfers.push_back(r); }
+  void LogDecision(const DecisionRecord& r) override { decisions.push_back(r); }
+  void LogMetric(const std::string& name, double value) override {
+    metrics.emplace_back(name, value);
+  }
+
+  std::vector<RequestRecord> requests;
+  std::vector<LayerRecord> layers;
+  std::vector<TransferRecord> transfers;
+  std::vector<DecisionRecord> decisions;
+  std::vector<std::pair<std::string, double>> metrics;
+};
+
+}  // namespace kvtier

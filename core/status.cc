@@ -1,0 +1,24 @@
+#include "core/status.h"
+
+namespace kvtier {
+
+std::string_view CodeName(Status::Code code) {
+  switch (code) {
+    case Status::Code::kOk: return "OK";
+    case Status::Code::kInvalidArgument: return "InvalidArgument";
+    case Status::Code::kNotFound: return "NotFound";
+    case Status::Code::kIoError: return "IoError";
+    case Status::Code::kCudaError: return "CudaError";
+    case Status::Code::kOutOfSpace: return "OutOfSpace";
+    case Status::Code::kUnavailable: return "Unavailable";
+    case Status::Code::kInternal: return "Internal";
+  }
+  return "Unknown";
+}
+
+std::string Status::ToString() const {
+  if (ok()) return "OK";
+  return std::string(CodeName(code_)) + ": " + message_;
+}
+
+}  // namespace kvtier

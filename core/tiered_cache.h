@@ -1,0 +1,95 @@
+#pragma once
+// TieredCache: the GPU and CPU prefix-KV caches above the SSD, which holds every chunk. The
+// two caches are exclusive (a chunk is in at most one of them) and bounded in bytes. One
+// CachePolicy ranks chunks in both tiers; each tier is an indexed min-heap on that priority,
+// so its top is the chunk to give up first (SPEC §IV-D2, "Dual-cache replacement").
+//
+// Access rules (SPEC §IV-D2), applied by Access() after updating the chunk's statistics:
+//   in GPU  -> stays.
+//   in CPU  -> promoted to GPU if the GPU has room, or if its priority beats the GPU minimum
+//              (the GPU victims are demoted to the CPU); otherwise stays in the CPU.
+//   on SSD  -> (the caller has read it into CPU memory) admitted to the GPU under the same rule,
+//              else admitted to the CPU if the CPU has room or it beats the CPU minimum,
+//              else it stays on the SSD only.
+// Victims leave for the next tier down: GPU -> CPU (if room or it beats the CPU minimum,
+// else dropped), CPU -> dropped (the SSD copy remains). Ties keep the incumbent. A chunk
+// larger than a tier's capacity never enters that tier. Everything is deterministic: the
+// same call sequence gives the same moves.
+//
+// Not thread-safe. Invariants (capacity, exclusivity, heap/index agreement) are checked with
+// KVTIER_DCHECK after every call.
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "core/cache_policy.h"
+#include "core/types.h"
+
+namespace kvtier {
+
+struct TieredCacheOptions {
+  Bytes gpu_capacity = 0;
+  Bytes cpu_capacity = 0;
+  // Weight of the history in the moving average of the important ratio:
+  // ema <- history_weight * ema + (1 - history_weight) * ratio  (first access: ema = ratio).
+  double history_weight = 0.8;
+};
+
+// One residency change made by Access(): `chunk` moved from `from` to `to`. to == kSsd means
+// the chunk left the caches (its SSD copy remains); from == kSsd means it was admitted.
+struct CacheMove {
+  ChunkId chunk;
+  Tier from = Tier::kSsd;
+  Tier to = Tier::kSsd;
+  Bytes bytes = 0;
+  friend bool operator==(const CacheMove&, const CacheMove&) = default;
+};
+
+class TieredCache {
+ public:
+  TieredCache(std::unique_ptr<CachePolicy> policy, const TieredCacheOptions& options);
+  ~TieredCache();
+  TieredCache(const TieredCache&) = delete;
+  TieredCache& operator=(const TieredCache&) = delete;
+
+  // Where `chunk` is now: kGpu, kCpu, or kSsd (not cached).
+  Tier Where(ChunkId chunk) const;
+
+  // Records one access to `chunk` (of `bytes`) that used `important_ratio` (in [0, 1]) of its
+  // rows, then applies the access rules above. Appends the residency changes, in the order
+  // they happen, to *moves (does not clear it). REQUIRES: bytes > 0; the same chunk always
+  // has the same bytes.
+  void Access(ChunkId chunk, Bytes bytes, double important_ratio, std::vector<CacheMove>* moves);
+
+  // Places `chunk` in `tier` without an access (pre-warming, storing new prefix KV), if it
+  // fits after the usual victim rules. Returns false when it was not placed. Appends moves.
+  bool Insert(ChunkId chunk, Bytes bytes, Tier tier, std::vector<CacheMove>* moves);
+
+  // Removes `chunk` from the caches and forgets its statistics (its segment was repacked).
+  // Appends a move to kSsd if it was cached.
+  void Erase(ChunkId chunk, std::vector<CacheMove>* moves);
+
+  Bytes used(Tier tier) const;
+  Bytes capacity(Tier tier) const;
+  std::size_t resident_chunks(Tier tier) const;
+  const CachePolicy& policy() const { return *policy_; }
+  // Statistics of `chunk`, or nullptr if it was never accessed.
+  const ChunkStats* Stats(ChunkId chunk) const;
+
+  // Verifies capacity, exclusivity and heap/index agreement; aborts with a message if broken.
+  void CheckInvariants() const;
+
+ private:
+  class TierHeap;  // indexed binary min-heap of one tier (tiered_cache.cc)
+
+  std::unique_ptr<CachePolicy> policy_;
+  TieredCacheOptions options_;
+  std::unique_ptr<TierHeap> gpu_;
+  std::unique_ptr<TierHeap> cpu_;
+  std::unordered_map<ChunkId, ChunkStats> stats_;
+  std::uint64_t tick_ = 0;
+};
+
+}  // namespace kvtier

@@ -1,0 +1,43 @@
+#include "hw/posix_util.h"
+
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace kvtier::hw {
+
+std::string ErrnoText(int err) {
+  char buf[128];
+  // GNU strerror_r returns the message pointer (which may not be `buf`).
+  const char* msg = strerror_r(err, buf, sizeof(buf));
+  return std::string(msg) + " (errno " + std::to_string(err) + ")";
+}
+
+int64_t MonotonicNowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
+  if (this != &other) reset(other.release());
+  return *this;
+}
+
+void UniqueFd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+void FreeDeleter::operator()(void* p) const { std::free(p); }
+
+AlignedBuffer AllocateAligned(size_t bytes, size_t alignment) {
+  void* p = nullptr;
+  if (posix_memalign(&p, alignment, bytes == 0 ? alignment : bytes) != 0) return nullptr;
+  std::memset(p, 0, bytes);
+  return AlignedBuffer(static_cast<std::byte*>(p));
+}
+
+}  // namespace kvtier::hw

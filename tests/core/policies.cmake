@@ -1,0 +1,1 @@
+# Tests of the cache policies, TieredCache, ITF and the prefetch ledger.
