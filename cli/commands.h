@@ -20,7 +20,5 @@ struct Command {
 // The table in main.cc; exposed so `kvtier help` and tests can list it.
 const std::vector<Command>& AllCommands();
 
-int RunConfig(const Args& args);  // cmd_config.cc
-int RunModel(const Args& args);   // cmd_model.cc
 
 }  // namespace kvtier::cli

@@ -12,8 +12,6 @@ namespace kvtier::cli {
 
 const std::vector<Command>& AllCommands() {
   static const std::vector<Command> kCommands = {
-      {"config", "print the fully resolved configuration of an experiment", RunConfig},
-      {"model", "print a model's KV sizes and prefill/decode cost", RunModel},
   };
   return kCommands;
 }
