@@ -1,0 +1,38 @@
+#pragma once
+// Host launchers of the CUDA kernels (kernels/cuda_ops.cu); each mirrors a CPU reference in
+// kernels/reference.h with the same layout (kernels/layout.h). Only available when kvtier is
+// built with CUDA (KVTIER_KERNELS_HAVE_CUDA=1). All tensor pointers are device pointers; the
+// launch is asynchronous on `stream`. A launcher returns InvalidArgument for a bad shape and
+// CudaError (with the CUDA error text) when the launch fails; errors during execution surface
+// at the caller's next synchronisation. Thread-safe.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/status.h"
+#include "kernels/layout.h"
+
+namespace kvtier::kernels {
+
+// (a) Softmax rows into `probs` (REQUIRED here: it is also the workspace) and H2O column sums
+// into `colsum` (may be null).
+Status ProbeScoresCuda(const AttentionShape& shape, const float* q, const float* k, float* probs,
+                       float* colsum, cudaStream_t stream);
+
+// (b) Top-k indices per row. O(cols^2 / threads) per row: meant for probe-sized rows (a few
+// thousand columns).
+Status TopKCuda(const TopKShape& shape, const float* scores, int32_t* indices,
+                cudaStream_t stream);
+
+// (c) Gather. `chunks` is a device array of `layout.num_chunks` device pointers; `tokens` a
+// device array of n indices. REQUIRES: every token in [0, layout.tokens()) (not checked on the
+// device; an out-of-range token yields a NaN row).
+Status GatherRowsCuda(const ChunkedKvLayout& layout, const float* const* chunks,
+                      const int32_t* tokens, int32_t n, float* out, cudaStream_t stream);
+
+// (d) Attention over the kept KV. `workspace` holds shape.prob_floats() floats.
+Status AttentionCuda(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                     float* workspace, float* out, cudaStream_t stream);
+
+}  // namespace kvtier::kernels

@@ -1,0 +1,80 @@
+#pragma once
+// Plain layout structs shared by the CUDA kernels (kernels/cuda_ops.cu) and their CPU
+// references (kernels/reference.h), FlashInfer style: the host plans with these, the device and
+// the reference read the same fields. All tensors are dense, row-major fp32.
+//
+//   Q       [q_tokens][heads][head_dim]
+//   K, V    [kv_tokens][kv_heads][head_dim]          (GQA: query head h uses kv head
+//                                                      h / (heads / kv_heads))
+//   probs   [heads][q_tokens][kv_tokens]              softmax(Q K^T / sqrt(head_dim)) rows,
+//                                                      no causal mask
+//   colsum  [kv_heads][kv_tokens]                     H2O column sums: sum of probs over the
+//                                                      query heads of the group and all q tokens
+//   out     [q_tokens][heads][head_dim]
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define KVTIER_HOST_DEVICE __host__ __device__
+#else
+#define KVTIER_HOST_DEVICE
+#endif
+
+namespace kvtier::kernels {
+
+struct AttentionShape {
+  int32_t q_tokens = 0;
+  int32_t heads = 0;
+  int32_t kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t kv_tokens = 0;
+
+  KVTIER_HOST_DEVICE int32_t group() const { return heads / kv_heads; }
+  KVTIER_HOST_DEVICE bool valid() const {
+    return q_tokens > 0 && heads > 0 && kv_heads > 0 && head_dim > 0 && kv_tokens > 0 &&
+           heads % kv_heads == 0;
+  }
+  KVTIER_HOST_DEVICE int64_t q_floats() const {
+    return int64_t{q_tokens} * heads * head_dim;
+  }
+  KVTIER_HOST_DEVICE int64_t kv_floats() const {
+    return int64_t{kv_tokens} * kv_heads * head_dim;
+  }
+  KVTIER_HOST_DEVICE int64_t prob_floats() const {
+    return int64_t{heads} * q_tokens * kv_tokens;
+  }
+  KVTIER_HOST_DEVICE int64_t colsum_floats() const { return int64_t{kv_heads} * kv_tokens; }
+};
+
+// Top-k of each row of a [rows][cols] score matrix -> indices [rows][k], best first; equal
+// scores rank by lower index; NaN ranks below every number (even -inf).
+struct TopKShape {
+  int32_t rows = 0;
+  int32_t cols = 0;
+  int32_t k = 0;
+  KVTIER_HOST_DEVICE bool valid() const { return rows > 0 && cols > 0 && k > 0 && k <= cols; }
+};
+
+// A token-major chunked K (or V) cache: chunk c holds tokens [c*chunk_tokens, (c+1)*chunk_tokens)
+// as [chunk_tokens][row_floats] (row_floats = kv_heads * head_dim). Gathering a list of global
+// token indices yields a contiguous [n][row_floats] tensor.
+struct ChunkedKvLayout {
+  int32_t chunk_tokens = 0;
+  int32_t row_floats = 0;
+  int32_t num_chunks = 0;
+  KVTIER_HOST_DEVICE bool valid() const {
+    return chunk_tokens > 0 && row_floats > 0 && num_chunks > 0;
+  }
+  KVTIER_HOST_DEVICE int64_t tokens() const { return int64_t{chunk_tokens} * num_chunks; }
+};
+
+// Row ordering used by top-k (reference and kernel): true when (a, i) ranks before (b, j).
+KVTIER_HOST_DEVICE inline bool RanksBefore(float a, int32_t i, float b, int32_t j) {
+  const bool a_nan = a != a;
+  const bool b_nan = b != b;
+  if (a_nan != b_nan) return b_nan;  // every number ranks before NaN
+  if (a_nan) return i < j;
+  return a > b || (a == b && i < j);
+}
+
+}  // namespace kvtier::kernels
