@@ -1,3 +1,5 @@
 # Sources of the cache policies, TieredCache, ITF/H2O selection and the prefetch ledger.
 list(APPEND KVTIER_CORE_POLICY_SOURCES
+  cache_policy.cc
+  tiered_cache.cc
 )

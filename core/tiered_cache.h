@@ -12,13 +12,26 @@
 //              else admitted to the CPU if the CPU has room or it beats the CPU minimum,
 //              else it stays on the SSD only.
 // Victims leave for the next tier down: GPU -> CPU (if room or it beats the CPU minimum,
-// else dropped), CPU -> dropped (the SSD copy remains). Ties keep the incumbent. A chunk
-// larger than a tier's capacity never enters that tier. Everything is deterministic: the
-// same call sequence gives the same moves.
+// else dropped), CPU -> dropped (the SSD copy remains). "Beats" means a strictly higher
+// priority: ties keep the incumbent. Victims are taken from the heap top until the candidate
+// fits; if the candidate does not beat one of them, nothing is evicted and it is not admitted.
+// Among equal priorities the heap gives up the least recently accessed chunk, then the lowest
+// chunk id. A chunk larger than a tier's capacity never enters that tier. Everything is
+// deterministic: the same call sequence gives the same moves.
 //
-// Not thread-safe. Invariants (capacity, exclusivity, heap/index agreement) are checked with
-// KVTIER_DCHECK after every call.
+// Order of the moves one call appends: every eviction comes before the admission it makes room
+// for (a GPU victim's own CPU evictions come before its GPU -> CPU move), and the accessed
+// chunk's move comes last. A CPU -> GPU promotion is a swap: the promoted chunk's CPU bytes are
+// free for the GPU victims it displaces. A chunk may appear twice in one call's moves (a GPU
+// victim demoted to the CPU, then displaced there by a later victim); its last move is where it
+// is.
+//
+// Not thread-safe. Capacity and exclusivity of the touched chunk are checked with KVTIER_DCHECK
+// after every call; the full CheckInvariants() (O(n)) runs after every call while fewer than 32
+// chunks are resident, and otherwise once per `resident chunks` calls, so that Access stays
+// O(log n) amortised on caches of 10^5 chunks.
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
@@ -65,6 +78,10 @@ class TieredCache {
 
   // Places `chunk` in `tier` without an access (pre-warming, storing new prefix KV), if it
   // fits after the usual victim rules. Returns false when it was not placed. Appends moves.
+  // The chunk competes with its current priority: a never-accessed chunk has the priority of
+  // an empty ChunkStats (0 for every policy), so it only takes free room. Returns true with no
+  // move if it is already in `tier`; a chunk cached in the other tier moves if the rules allow,
+  // else stays. Does not record an access. REQUIRES: bytes > 0, tier != kSsd.
   bool Insert(ChunkId chunk, Bytes bytes, Tier tier, std::vector<CacheMove>* moves);
 
   // Removes `chunk` from the caches and forgets its statistics (its segment was repacked).
@@ -82,7 +99,14 @@ class TieredCache {
   void CheckInvariants() const;
 
  private:
-  class TierHeap;  // indexed binary min-heap of one tier (tiered_cache.cc)
+  struct HeapEntry;  // a resident chunk and its heap key (tiered_cache.cc)
+  class TierHeap;    // indexed binary min-heap of one tier (tiered_cache.cc)
+
+  TierHeap& HeapOf(Tier tier);
+  // Admits `cand` (resident nowhere) into `target` after moving the victims down; false, with
+  // nothing changed, when it does not fit or does not beat every victim it would need.
+  bool Admit(const HeapEntry& cand, Tier from, Tier target, std::vector<CacheMove>* moves);
+  void AfterCall(ChunkId touched);  // KVTIER_DCHECK of the invariants (see above)
 
   std::unique_ptr<CachePolicy> policy_;
   TieredCacheOptions options_;
@@ -90,6 +114,7 @@ class TieredCache {
   std::unique_ptr<TierHeap> cpu_;
   std::unordered_map<ChunkId, ChunkStats> stats_;
   std::uint64_t tick_ = 0;
+  std::size_t calls_since_full_check_ = 0;
 };
 
 }  // namespace kvtier
