@@ -37,7 +37,8 @@ double RandomJaccard(std::int64_t k, std::int64_t n);
 // t = j^alpha. alpha = 0 gives t = 1 (ITF only passes on identical sets).
 double ItfThreshold(std::int64_t k, std::int64_t n, double alpha);
 
-// Indices of the k largest scores, sorted ascending; ties prefer the lower index.
+// Indices of the k largest scores, sorted ascending; ties prefer the lower index; NaN ranks
+// below every number.
 // REQUIRES: 0 <= k <= scores.size().
 TokenSet TopK(std::span<const float> scores, std::int64_t k);
 
@@ -54,8 +55,8 @@ struct ItfDecision {
 };
 
 // Runs ITF on the probe heads' scores: `probe_scores` holds probe_heads rows of n scores.
-// The voted set ranks tokens by (number of probe heads selecting them desc, summed score desc,
-// index asc) and keeps the first k. REQUIRES: probe_scores.size() == probe_heads * n, n >= 1.
+// The voted set ranks tokens by (number of probe heads selecting them desc, score summed over
+// all probe heads desc, index asc) and keeps the first k. Pass iff similarity >= threshold. REQUIRES: probe_scores.size() == probe_heads * n, n >= 1.
 ItfDecision SelectItf(std::span<const float> probe_scores, int probe_heads, std::int64_t n,
                       const ItfOptions& options);
 
@@ -70,6 +71,8 @@ TokenSet Union(const std::vector<TokenSet>& sets);
 // token), for the Fig. 9 comparison: without ITF a layer loads every head's keys and then the
 // selected values; with ITF (passing) it loads the probe heads' keys, then K and V of the
 // voted tokens for every head. Fig. 9: n = 4, 32 heads, 3 probe heads, k = 1 -> 160 vs 76.
+// A fallback layer loads the probe keys and then everything the layer without ITF loads
+// (probe_heads * n more vectors than without ITF: 172 in the Fig. 9 setting).
 struct LayerVectorCount {
   std::int64_t probe_keys = 0;
   std::int64_t keys = 0;

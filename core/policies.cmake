@@ -2,4 +2,6 @@
 list(APPEND KVTIER_CORE_POLICY_SOURCES
   cache_policy.cc
   tiered_cache.cc
+  itf.cc
+  prefetch.cc
 )

@@ -1,0 +1,194 @@
+#include "core/itf.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "core/check.h"
+
+namespace kvtier {
+namespace {
+
+// NaN never outranks a number: it sorts as -inf (and among NaNs/-infs the lower index wins).
+float RankKey(float score) {
+  return std::isnan(score) ? -std::numeric_limits<float>::infinity() : score;
+}
+
+}  // namespace
+
+std::int64_t RetainedTokens(double retention, std::int64_t n) {
+  if (n <= 0) return 0;
+  // ceil(retention * n). The relative nudge keeps products such as 0.1 * 30 =
+  // 3.0000000000000004 from rounding up to 4.
+  const double x = retention * static_cast<double>(n);
+  const auto k = static_cast<std::int64_t>(std::ceil(x - 1e-9 * std::max(1.0, x)));
+  return std::clamp<std::int64_t>(k, 1, n);
+}
+
+// SPEC §IV-B: J(A, B) = |A ∩ B| / |A ∪ B|.
+double Jaccard(const TokenSet& a, const TokenSet& b) {
+  if (a.empty() && b.empty()) return 1.0;
+  std::size_t i = 0, j = 0, common = 0;
+  while (i < a.size() && j < b.size()) {
+    if (a[i] < b[j]) {
+      ++i;
+    } else if (b[j] < a[i]) {
+      ++j;
+    } else {
+      ++common;
+      ++i;
+      ++j;
+    }
+  }
+  const std::size_t uni = a.size() + b.size() - common;
+  return static_cast<double>(common) / static_cast<double>(uni);
+}
+
+// SPEC §IV-B: two random k-of-n selections A, B share each token with probability k^2/n^2, so
+//   E|A ∩ B| = k^2/n,  E|A ∪ B| = 2k - k^2/n,  j = (k^2/n) / (2k - k^2/n).
+// (The paper takes the ratio of expectations, not the expectation of the ratio.)
+double RandomJaccard(std::int64_t k, std::int64_t n) {
+  KVTIER_CHECK(k >= 0 && k <= n, "RandomJaccard needs 0 <= k <= n");
+  if (k == n) return 1.0;  // includes n == 0: two empty sets are identical
+  if (k == 0) return 0.0;
+  const double kk = static_cast<double>(k);
+  const double inter = kk * kk / static_cast<double>(n);
+  return inter / (2 * kk - inter);
+}
+
+// SPEC §IV-B: t = j^alpha (alpha = 0.6 in the paper). pow(x, 0) == 1 for every x.
+double ItfThreshold(std::int64_t k, std::int64_t n, double alpha) {
+  return std::pow(RandomJaccard(k, n), alpha);
+}
+
+TokenSet TopK(std::span<const float> scores, std::int64_t k) {
+  const auto n = static_cast<std::int64_t>(scores.size());
+  KVTIER_CHECK(k >= 0 && k <= n, "TopK needs 0 <= k <= scores.size()");
+  TokenSet idx(static_cast<std::size_t>(n));
+  std::iota(idx.begin(), idx.end(), 0);
+  if (k < n) {
+    // Rank by (score desc, index asc); nth_element is O(n), then only k are sorted.
+    auto better = [&](std::int32_t a, std::int32_t b) {
+      const float sa = RankKey(scores[a]);
+      const float sb = RankKey(scores[b]);
+      return sa > sb || (sa == sb && a < b);
+    };
+    std::nth_element(idx.begin(), idx.begin() + k, idx.end(), better);
+    idx.resize(static_cast<std::size_t>(k));
+    std::sort(idx.begin(), idx.end());
+  }
+  return idx;
+}
+
+// SPEC §IV-B: "compute the similarity of important token sets between each pair of probe heads,
+// and then take the average".
+double MeanPairwiseJaccard(const std::vector<TokenSet>& sets) {
+  if (sets.size() < 2) return 1.0;
+  double sum = 0;
+  std::size_t pairs = 0;
+  for (std::size_t i = 0; i < sets.size(); ++i) {
+    for (std::size_t j = i + 1; j < sets.size(); ++j) {
+      sum += Jaccard(sets[i], sets[j]);
+      ++pairs;
+    }
+  }
+  return sum / static_cast<double>(pairs);
+}
+
+ItfDecision SelectItf(std::span<const float> probe_scores, int probe_heads, std::int64_t n,
+                      const ItfOptions& options) {
+  KVTIER_CHECK(n >= 1 && probe_heads >= 1, "SelectItf needs n >= 1 and a probe head");
+  KVTIER_CHECK(probe_scores.size() == static_cast<std::size_t>(probe_heads) *
+                                          static_cast<std::size_t>(n),
+               "SelectItf: probe_scores must hold probe_heads rows of n scores");
+  ItfDecision d;
+  d.k = RetainedTokens(options.retention, n);
+  d.probe_sets = SelectPerHead(probe_scores, probe_heads, n, d.k);
+  d.similarity = MeanPairwiseJaccard(d.probe_sets);
+  d.threshold = ItfThreshold(d.k, n, options.alpha);
+  // §IV-B: ITF is enabled for the layer only when the probe heads' similarity reaches t.
+  d.fallback = d.similarity < d.threshold;
+  if (d.fallback) return d;
+
+  // Vote: rank the probe heads' candidates by (votes desc, summed score over all probe heads
+  // desc, index asc) and keep k. Only tokens some probe selected can win (there are >= k).
+  struct Candidate {
+    std::int32_t token;
+    int votes;
+    double score;
+  };
+  std::vector<Candidate> cands;
+  for (std::int32_t t : Union(d.probe_sets)) {
+    Candidate c{t, 0, 0};
+    for (int h = 0; h < probe_heads; ++h) {
+      const TokenSet& set = d.probe_sets[static_cast<std::size_t>(h)];
+      if (std::binary_search(set.begin(), set.end(), t)) ++c.votes;
+      const float s = probe_scores[static_cast<std::size_t>(h) * n + t];
+      if (!std::isnan(s)) c.score += s;
+    }
+    cands.push_back(c);
+  }
+  auto better = [](const Candidate& a, const Candidate& b) {
+    if (a.votes != b.votes) return a.votes > b.votes;
+    if (a.score != b.score) return a.score > b.score;
+    return a.token < b.token;
+  };
+  std::partial_sort(cands.begin(), cands.begin() + d.k, cands.end(), better);
+  d.voted.reserve(static_cast<std::size_t>(d.k));
+  for (std::int64_t i = 0; i < d.k; ++i) d.voted.push_back(cands[i].token);
+  std::sort(d.voted.begin(), d.voted.end());
+  return d;
+}
+
+std::vector<TokenSet> SelectPerHead(std::span<const float> scores, int heads, std::int64_t n,
+                                    std::int64_t k) {
+  KVTIER_CHECK(heads >= 0 && n >= 0, "SelectPerHead needs heads >= 0 and n >= 0");
+  KVTIER_CHECK(scores.size() == static_cast<std::size_t>(heads) * static_cast<std::size_t>(n),
+               "SelectPerHead: scores must hold heads rows of n scores");
+  std::vector<TokenSet> sets;
+  sets.reserve(static_cast<std::size_t>(heads));
+  for (int h = 0; h < heads; ++h) {
+    sets.push_back(TopK(scores.subspan(static_cast<std::size_t>(h) * n, n), k));
+  }
+  return sets;
+}
+
+TokenSet Union(const std::vector<TokenSet>& sets) {
+  TokenSet out;
+  for (const TokenSet& s : sets) {
+    TokenSet merged;
+    merged.reserve(out.size() + s.size());
+    std::set_union(out.begin(), out.end(), s.begin(), s.end(), std::back_inserter(merged));
+    out.swap(merged);
+  }
+  return out;
+}
+
+// SPEC §IV-B, Fig. 9, in vectors (one head's key or value of one token):
+//   without ITF:  keys of every head (heads * n), then the selected values (heads * k).
+//                 n = 4, 32 heads, k = 1: 128 + 32 = 160.
+LayerVectorCount CountVectorsWithoutItf(std::int64_t n, int heads, std::int64_t k) {
+  LayerVectorCount c;
+  c.keys = heads * n;
+  c.values = heads * k;
+  return c;
+}
+
+//   with ITF, pass:     probe keys (probe_heads * n), then K and V of the voted tokens for every
+//                       head (heads * k each). Fig. 9: 12 + 32 + 32 = 76.
+//   with ITF, fallback: the probe keys were read for nothing; then as without ITF (a K chunk
+//                       holds all heads, the probe keys are a redundant copy, §VI-E), so a
+//                       fallback layer costs probe_heads * n more than no ITF: 12 + 160 = 172.
+LayerVectorCount CountVectorsWithItf(std::int64_t n, int heads, int probe_heads,
+                                     std::int64_t k, bool fallback) {
+  LayerVectorCount c = fallback ? CountVectorsWithoutItf(n, heads, k) : LayerVectorCount{};
+  c.probe_keys = probe_heads * n;
+  if (!fallback) {
+    c.keys = heads * k;
+    c.values = heads * k;
+  }
+  return c;
+}
+
+}  // namespace kvtier
