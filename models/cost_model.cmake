@@ -1,0 +1,7 @@
+# The cost model (FLOPs, bytes, roofline durations of compute steps). Its own small target so
+# the CLI and the simulator can use it without the Eigen forward pass of kvtier_models.
+add_library(kvtier_cost STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/cost_model.cc
+)
+target_include_directories(kvtier_cost PUBLIC ${PROJECT_SOURCE_DIR})
+target_link_libraries(kvtier_cost PUBLIC kvtier_core)
