@@ -1,0 +1,448 @@
+#include "models/llama.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/check.h"
+#include "core/errors.h"
+#include "models/gguf.h"
+
+namespace kvtier {
+namespace {
+
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Vector = Eigen::VectorXf;
+
+// Query rows processed per attention block: bounds the score matrix (block x columns) and lets
+// the causal mask skip most of the upper triangle (only block-sized wedges are computed twice).
+constexpr int kAttnRowBlock = 128;
+// Rows of logits computed at once by NextTokenLogProbs (256 x 49152 floats = 50 MB).
+constexpr int kLogitRowBlock = 256;
+
+void RmsNorm(const RowMatrix& x, const Vector& w, float eps, RowMatrix* out) {
+  out->resize(x.rows(), x.cols());
+  for (Eigen::Index i = 0; i < x.rows(); ++i) {
+    const float ms = x.row(i).squaredNorm() / static_cast<float>(x.cols());
+    const float scale = 1.0f / std::sqrt(ms + eps);
+    out->row(i) = (x.row(i).array() * scale * w.transpose().array()).matrix();
+  }
+}
+
+// Rotates pairs (2i, 2i+1) of each head in rows of `x` ([rows][n_heads * head_dim]); row r is at
+// position first_pos + r.
+void ApplyRope(RowMatrix* x, int n_heads, int head_dim, int rope_dims, double theta,
+               int first_pos) {
+  const int half = rope_dims / 2;
+  std::vector<double> inv_freq(half);
+  for (int i = 0; i < half; ++i) inv_freq[i] = std::pow(theta, -2.0 * i / rope_dims);
+  std::vector<float> cs(half), sn(half);
+  for (Eigen::Index r = 0; r < x->rows(); ++r) {
+    const double pos = static_cast<double>(first_pos + r);
+    for (int i = 0; i < half; ++i) {
+      cs[i] = static_cast<float>(std::cos(pos * inv_freq[i]));
+      sn[i] = static_cast<float>(std::sin(pos * inv_freq[i]));
+    }
+    float* row = x->row(r).data();
+    for (int h = 0; h < n_heads; ++h) {
+      float* p = row + h * head_dim;
+      for (int i = 0; i < half; ++i) {
+        const float a = p[2 * i], b = p[2 * i + 1];
+        p[2 * i] = a * cs[i] - b * sn[i];
+        p[2 * i + 1] = a * sn[i] + b * cs[i];
+      }
+    }
+  }
+}
+
+std::string Where(const std::string& path) { return path + ": "; }
+
+}  // namespace
+
+struct LlamaModel::Weights {
+  struct Layer {
+    Vector attn_norm, ffn_norm;
+    RowMatrix wq, wk, wv, wo;  // [out][in]
+    RowMatrix w_gate, w_up, w_down;
+  };
+  RowMatrix embedding;  // [vocab][d_model]
+  RowMatrix output;     // [vocab][d_model]; empty when tied to the embedding
+  Vector output_norm;
+  std::vector<Layer> layers;
+
+  const RowMatrix& Output() const { return output.size() ? output : embedding; }
+};
+
+size_t KvCache::Bytes() const {
+  size_t b = 0;
+  for (size_t l = 0; l < k.size(); ++l) b += (k[l].size() + v[l].size()) * sizeof(float);
+  return b;
+}
+
+void KvCache::Truncate(int n) {
+  KVTIER_CHECK(n >= 0 && n <= n_tokens, "KvCache::Truncate past the end");
+  const size_t keep = static_cast<size_t>(n) * n_kv_heads * head_dim;
+  for (size_t l = 0; l < k.size(); ++l) {
+    k[l].resize(keep);
+    v[l].resize(keep);
+  }
+  n_tokens = n;
+}
+
+PrefixSelection PrefixSelection::SameEverywhere(int n_layers, int n_prefix,
+                                                std::vector<int32_t> kept) {
+  PrefixSelection s;
+  s.n_prefix = n_prefix;
+  s.layers.assign(n_layers, LayerKeep::Shared(std::move(kept)));
+  return s;
+}
+
+LlamaModel::LlamaModel() = default;
+LlamaModel::~LlamaModel() = default;
+
+std::unique_ptr<LlamaModel> LlamaModel::Load(const std::string& path) {
+  std::unique_ptr<GgufFile> file = GgufFile::Open(path);
+  std::unique_ptr<LlamaModel> m(new LlamaModel());
+  m->path_ = path;
+  const std::string arch = file->GetString("general.architecture");
+  if (arch != "llama") {
+    throw ModelFileError(Where(path) + "metadata key general.architecture: '" + arch +
+                         "' is not supported (kvtier runs 'llama')");
+  }
+  LlamaConfig& c = m->config_;
+  const auto get_int = [&](const std::string& key) {
+    const int64_t v = file->GetInt("llama." + key);
+    if (v <= 0 || v > (1 << 30)) {
+      throw ModelFileError(Where(path) + "metadata key llama." + key + ": " + std::to_string(v) +
+                           " out of range");
+    }
+    return static_cast<int>(v);
+  };
+  c.n_layers = get_int("block_count");
+  c.d_model = get_int("embedding_length");
+  c.n_heads = get_int("attention.head_count");
+  c.n_kv_heads = file->Has("llama.attention.head_count_kv") ? get_int("attention.head_count_kv")
+                                                            : c.n_heads;
+  c.d_ff = get_int("feed_forward_length");
+  c.context_length = get_int("context_length");
+  c.head_dim = file->Has("llama.attention.key_length") ? get_int("attention.key_length")
+                                                       : c.d_model / c.n_heads;
+  c.rope_dims = file->Has("llama.rope.dimension_count") ? get_int("rope.dimension_count")
+                                                        : c.head_dim;
+  c.rope_theta = file->GetFloat("llama.rope.freq_base", 10000.0);
+  c.rms_eps = static_cast<float>(file->GetFloat("llama.attention.layer_norm_rms_epsilon"));
+  if (c.n_heads % c.n_kv_heads != 0) {
+    throw ModelFileError(Where(path) + "metadata: head_count " + std::to_string(c.n_heads) +
+                         " is not a multiple of head_count_kv " + std::to_string(c.n_kv_heads));
+  }
+  if (c.rope_dims > c.head_dim || c.rope_dims % 2 != 0) {
+    throw ModelFileError(Where(path) + "metadata key llama.rope.dimension_count: " +
+                         std::to_string(c.rope_dims) + " must be even and <= head_dim " +
+                         std::to_string(c.head_dim));
+  }
+
+  const GgufTensorInfo& embd = file->GetTensor("token_embd.weight");
+  if (embd.dims.size() != 2 || embd.dims[0] != static_cast<uint64_t>(c.d_model)) {
+    throw ModelFileError(Where(path) + "tensor token_embd.weight: expected dims [" +
+                         std::to_string(c.d_model) + ", vocab]");
+  }
+  c.vocab_size = static_cast<int>(embd.dims[1]);
+
+  auto w = std::make_unique<Weights>();
+  const auto matrix = [&](const std::string& name, int rows, int cols) {
+    const GgufTensorInfo& t =
+        file->GetTensor(name, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)});
+    RowMatrix out(rows, cols);
+    file->DequantizeRows(t, 0, rows, out.data());
+    return out;
+  };
+  const auto vector = [&](const std::string& name, int n) {
+    const GgufTensorInfo& t = file->GetTensor(name, {static_cast<uint64_t>(n)});
+    Vector out(n);
+    file->DequantizeRows(t, 0, 1, out.data());
+    return out;
+  };
+  w->embedding = matrix("token_embd.weight", c.vocab_size, c.d_model);
+  if (file->FindTensor("output.weight") != nullptr) {
+    w->output = matrix("output.weight", c.vocab_size, c.d_model);
+  }
+  w->output_norm = vector("output_norm.weight", c.d_model);
+  const int q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+  w->layers.resize(c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    Weights::Layer& L = w->layers[l];
+    L.attn_norm = vector(p + "attn_norm.weight", c.d_model);
+    L.ffn_norm = vector(p + "ffn_norm.weight", c.d_model);
+    L.wq = matrix(p + "attn_q.weight", q_dim, c.d_model);
+    L.wk = matrix(p + "attn_k.weight", kv_dim, c.d_model);
+    L.wv = matrix(p + "attn_v.weight", kv_dim, c.d_model);
+    L.wo = matrix(p + "attn_output.weight", c.d_model, q_dim);
+    L.w_gate = matrix(p + "ffn_gate.weight", c.d_ff, c.d_model);
+    L.w_up = matrix(p + "ffn_up.weight", c.d_ff, c.d_model);
+    L.w_down = matrix(p + "ffn_down.weight", c.d_model, c.d_ff);
+  }
+  m->w_ = std::move(w);
+  if (file->Has("tokenizer.ggml.tokens")) m->tokenizer_ = Tokenizer::FromGguf(*file);
+  return m;
+}
+
+std::vector<int32_t> LlamaModel::Tokenize(const std::string& text) const {
+  if (!tokenizer_) throw InputError(Where(path_) + "model file has no tokenizer");
+  return tokenizer_->Encode(text);
+}
+
+KvCache LlamaModel::NewCache() const {
+  KvCache c;
+  c.n_layers = config_.n_layers;
+  c.n_kv_heads = config_.n_kv_heads;
+  c.head_dim = config_.head_dim;
+  c.k.resize(config_.n_layers);
+  c.v.resize(config_.n_layers);
+  return c;
+}
+
+ForwardResult LlamaModel::Prefill(std::span<const int32_t> tokens, KvCache* cache,
+                                  const ForwardOptions& options) const {
+  *cache = NewCache();
+  return Forward(tokens, cache, {}, options);
+}
+
+ForwardResult LlamaModel::Forward(std::span<const int32_t> tokens, KvCache* cache,
+                                  const PrefixSelection& selection,
+                                  const ForwardOptions& options) const {
+  const LlamaConfig& c = config_;
+  const int n = static_cast<int>(tokens.size());
+  const int P = cache->n_tokens;
+  if (n == 0) throw InputError(Where(path_) + "Forward: no tokens");
+  KVTIER_CHECK(cache->n_layers == c.n_layers && cache->n_kv_heads == c.n_kv_heads &&
+                   cache->head_dim == c.head_dim,
+               "KvCache shaped for another model");
+  if (static_cast<int64_t>(P) + n > c.context_length) {
+    throw InputError(Where(path_) + "input of " + std::to_string(n) + " tokens after " +
+                     std::to_string(P) + " cached is longer than the context length " +
+                     std::to_string(c.context_length));
+  }
+  for (int i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= c.vocab_size) {
+      throw InputError(Where(path_) + "token id " + std::to_string(tokens[i]) + " at index " +
+                       std::to_string(i) + " outside the vocabulary (" +
+                       std::to_string(c.vocab_size) + ")");
+    }
+  }
+  // Resolve the selection into, per layer and KV head, the cached positions attended.
+  const int n_sel = selection.empty() ? 0 : selection.n_prefix;
+  if (!selection.empty()) {
+    if (static_cast<int>(selection.layers.size()) != c.n_layers) {
+      throw InputError("PrefixSelection: " + std::to_string(selection.layers.size()) +
+                       " layers, model has " + std::to_string(c.n_layers));
+    }
+    if (n_sel < 0 || n_sel > P) {
+      throw InputError("PrefixSelection: n_prefix " + std::to_string(n_sel) + " but the cache has " +
+                       std::to_string(P) + " tokens");
+    }
+  }
+  const auto check_set = [&](const std::vector<int32_t>& s, int layer) {
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (s[i] < 0 || s[i] >= n_sel || (i > 0 && s[i] <= s[i - 1])) {
+        throw InputError("PrefixSelection: layer " + std::to_string(layer) + ": index " +
+                         std::to_string(s[i]) + " not in [0, " + std::to_string(n_sel) +
+                         ") or not strictly increasing");
+      }
+    }
+  };
+  // kept[l][g]: cached positions attended by KV head g of layer l (all of them when no selection).
+  std::vector<std::vector<std::vector<int32_t>>> kept(c.n_layers,
+                                                      std::vector<std::vector<int32_t>>(c.n_kv_heads));
+  for (int l = 0; l < c.n_layers; ++l) {
+    for (int g = 0; g < c.n_kv_heads; ++g) {
+      std::vector<int32_t>& out = kept[l][g];
+      const LayerKeep* lk = selection.empty() ? nullptr : &selection.layers[l];
+      if (lk == nullptr || lk->mode == LayerKeep::Mode::kAll) {
+        out.resize(P);
+        for (int j = 0; j < P; ++j) out[j] = j;
+        continue;
+      }
+      const std::vector<int32_t>* s = &lk->shared;
+      if (lk->mode == LayerKeep::Mode::kPerKvHead) {
+        if (static_cast<int>(lk->per_kv_head.size()) != c.n_kv_heads) {
+          throw InputError("PrefixSelection: layer " + std::to_string(l) + ": " +
+                           std::to_string(lk->per_kv_head.size()) + " per-KV-head sets, model has " +
+                           std::to_string(c.n_kv_heads) + " KV heads");
+        }
+        s = &lk->per_kv_head[g];
+      }
+      if (g == 0 || lk->mode == LayerKeep::Mode::kPerKvHead) check_set(*s, l);
+      out = *s;
+      for (int j = n_sel; j < P; ++j) out.push_back(j);  // appended after the selection
+    }
+  }
+
+  ForwardResult result;
+  result.n_new = n;
+  result.first_position = P;
+  AttentionImportance& imp = result.importance;
+  if (options.importance) {
+    imp.n_query_rows = n;
+    imp.n_cached = P;
+    imp.n_columns = P + n;
+    imp.per_q_head.assign(c.n_layers, std::vector<std::vector<float>>(
+                                          c.n_heads, std::vector<float>(P + n, 0.0f)));
+    imp.per_kv_head.assign(c.n_layers, std::vector<std::vector<float>>(
+                                           c.n_kv_heads, std::vector<float>(P + n, 0.0f)));
+  }
+
+  const int hd = c.head_dim, q_dim = c.n_heads * hd, kv_dim = c.n_kv_heads * hd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  RowMatrix x(n, c.d_model);
+  for (int i = 0; i < n; ++i) x.row(i) = w_->embedding.row(tokens[i]);
+  RowMatrix h, q, k, v, attn(n, q_dim), gate, up;
+
+  for (int l = 0; l < c.n_layers; ++l) {
+    const Weights::Layer& L = w_->layers[l];
+    RmsNorm(x, L.attn_norm, c.rms_eps, &h);
+    q.noalias() = h * L.wq.transpose();
+    k.noalias() = h * L.wk.transpose();
+    v.noalias() = h * L.wv.transpose();
+    ApplyRope(&q, c.n_heads, hd, c.rope_dims, c.rope_theta, P);
+    ApplyRope(&k, c.n_kv_heads, hd, c.rope_dims, c.rope_theta, P);
+
+    // Per KV head: contiguous [kept cached rows; new rows] keys and values.
+    std::vector<RowMatrix> kg(c.n_kv_heads), vg(c.n_kv_heads);
+    for (int g = 0; g < c.n_kv_heads; ++g) {
+      const std::vector<int32_t>& ks = kept[l][g];
+      const int m = static_cast<int>(ks.size());
+      kg[g].resize(m + n, hd);
+      vg[g].resize(m + n, hd);
+      for (int j = 0; j < m; ++j) {
+        kg[g].row(j) = Eigen::Map<const Eigen::RowVectorXf>(cache->K(l, ks[j], g), hd);
+        vg[g].row(j) = Eigen::Map<const Eigen::RowVectorXf>(cache->V(l, ks[j], g), hd);
+      }
+      kg[g].bottomRows(n) = k.middleCols(g * hd, hd);
+      vg[g].bottomRows(n) = v.middleCols(g * hd, hd);
+    }
+
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int hq = 0; hq < c.n_heads; ++hq) {
+      const int g = hq / c.group_size();
+      const int m = static_cast<int>(kept[l][g].size());
+      const RowMatrix qh = q.middleCols(hq * hd, hd) * scale;
+      RowMatrix scores;
+      Eigen::RowVectorXf colsum;
+      if (options.importance) colsum = Eigen::RowVectorXf::Zero(m + n);
+      for (int r0 = 0; r0 < n; r0 += kAttnRowBlock) {
+        const int rb = std::min(kAttnRowBlock, n - r0);
+        const int cols = m + r0 + rb;  // columns any row of this block may see
+        scores.noalias() = qh.middleRows(r0, rb) * kg[g].topRows(cols).transpose();
+        for (int i = 0; i < rb; ++i) {
+          const int valid = m + r0 + i + 1;  // kept cache + new tokens up to itself
+          auto s = scores.row(i).head(valid).array();
+          const float mx = s.maxCoeff();
+          s = (s - mx).exp();
+          s /= s.sum();
+          scores.row(i).tail(cols - valid).setZero();
+        }
+        attn.block(r0, hq * hd, rb, hd).noalias() = scores * vg[g].topRows(cols);
+        if (options.importance) colsum.head(cols) += scores.colwise().sum();
+      }
+      if (options.importance) {
+        std::vector<float>& out = imp.per_q_head[l][hq];
+        const std::vector<int32_t>& ks = kept[l][g];
+        for (int j = 0; j < m; ++j) out[ks[j]] = colsum[j];
+        for (int j = 0; j < n; ++j) out[P + j] = colsum[m + j];
+      }
+    }
+    if (options.importance) {
+      for (int hq = 0; hq < c.n_heads; ++hq) {
+        std::vector<float>& dst = imp.per_kv_head[l][hq / c.group_size()];
+        const std::vector<float>& src = imp.per_q_head[l][hq];
+        for (int j = 0; j < P + n; ++j) dst[j] += src[j];
+      }
+    }
+    x.noalias() += attn * L.wo.transpose();
+
+    RmsNorm(x, L.ffn_norm, c.rms_eps, &h);
+    gate.noalias() = h * L.w_gate.transpose();
+    up.noalias() = h * L.w_up.transpose();
+    gate = (gate.array() / (1.0f + (-gate.array()).exp()) * up.array()).matrix();  // SiLU(g)*u
+    x.noalias() += gate * L.w_down.transpose();
+
+    if (options.update_cache) {
+      const size_t at = static_cast<size_t>(P) * kv_dim;
+      cache->k[l].resize(at + static_cast<size_t>(n) * kv_dim);
+      cache->v[l].resize(at + static_cast<size_t>(n) * kv_dim);
+      Eigen::Map<RowMatrix>(cache->k[l].data() + at, n, kv_dim) = k;
+      Eigen::Map<RowMatrix>(cache->v[l].data() + at, n, kv_dim) = v;
+    }
+  }
+  if (options.update_cache) cache->n_tokens = P + n;
+
+  RowMatrix hn;
+  RmsNorm(x, w_->output_norm, c.rms_eps, &hn);
+  result.hidden.assign(hn.data(), hn.data() + hn.size());
+  result.logits_rows = options.all_logits ? n : 1;
+  result.logits.resize(static_cast<size_t>(result.logits_rows) * c.vocab_size);
+  Eigen::Map<RowMatrix> logits(result.logits.data(), result.logits_rows, c.vocab_size);
+  logits.noalias() = hn.bottomRows(result.logits_rows) * w_->Output().transpose();
+  return result;
+}
+
+std::vector<double> LlamaModel::NextTokenLogProbs(const ForwardResult& result,
+                                                  std::span<const int32_t> next) const {
+  const LlamaConfig& c = config_;
+  KVTIER_CHECK(static_cast<int>(next.size()) <= result.n_new, "more targets than rows");
+  const int rows = static_cast<int>(next.size());
+  Eigen::Map<const RowMatrix> hidden(result.hidden.data(), result.n_new, c.d_model);
+  std::vector<double> out(rows);
+  RowMatrix logits;
+  for (int r0 = 0; r0 < rows; r0 += kLogitRowBlock) {
+    const int rb = std::min(kLogitRowBlock, rows - r0);
+    logits.noalias() = hidden.middleRows(r0, rb) * w_->Output().transpose();
+    for (int i = 0; i < rb; ++i) {
+      const int32_t t = next[r0 + i];
+      if (t < 0 || t >= c.vocab_size) {
+        throw InputError(Where(path_) + "target token id " + std::to_string(t) +
+                         " outside the vocabulary");
+      }
+      const float mx = logits.row(i).maxCoeff();
+      const double lse = mx + std::log(static_cast<double>((logits.row(i).array() - mx).exp().sum()));
+      out[r0 + i] = static_cast<double>(logits(i, t)) - lse;
+    }
+  }
+  return out;
+}
+
+std::vector<int32_t> LlamaModel::Generate(std::span<const int32_t> prompt, int max_new,
+                                          int32_t stop_id) const {
+  std::vector<int32_t> out;
+  if (max_new <= 0) return out;
+  KvCache cache;
+  ForwardResult r = Prefill(prompt, &cache);
+  while (true) {
+    const int32_t next = ArgMax(r.LastLogits(config_.vocab_size));
+    out.push_back(next);
+    if (next == stop_id || static_cast<int>(out.size()) >= max_new ||
+        cache.n_tokens >= config_.context_length) {
+      break;
+    }
+    r = Forward(std::span<const int32_t>(&out.back(), 1), &cache);
+  }
+  return out;
+}
+
+double LlamaModel::Perplexity(std::span<const int32_t> tokens) const {
+  if (tokens.size() < 2) throw InputError(Where(path_) + "perplexity needs at least 2 tokens");
+  KvCache cache;
+  const ForwardResult r = Prefill(tokens, &cache);
+  const std::vector<double> lp = NextTokenLogProbs(r, tokens.subspan(1));
+  double nll = 0;
+  for (double x : lp) nll -= x;
+  return std::exp(nll / static_cast<double>(lp.size()));
+}
+
+int32_t ArgMax(std::span<const float> logits) {
+  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+}  // namespace kvtier
