@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <utility>
@@ -38,7 +39,7 @@ constexpr size_t kRecordCrcBytes = offsetof(Record, record_crc);
 // Rewrite the log as a checkpoint on open when it holds this many records and mostly dead ones.
 constexpr uint64_t kCheckpointMinRecords = 1024;
 
-std::string ChunkName(ChunkId id) { return "chunk " + std::to_string(id); }
+std::string ChunkName(ChunkId id) { return DescribeChunk(id); }
 
 bool IsNoSpace(int err) { return err == ENOSPC || err == EDQUOT; }
 
@@ -77,7 +78,7 @@ Record MakeRecord(uint32_t type, uint64_t seq, ChunkId id, const ChunkLocation& 
   r.magic = kRecordMagic;
   r.type = type;
   r.seq = seq;
-  r.chunk_id = id;
+  r.chunk_id = id.value;
   r.offset = loc.offset;
   r.length = loc.length;
   r.data_crc = loc.crc32c;
@@ -86,6 +87,14 @@ Record MakeRecord(uint32_t type, uint64_t seq, ChunkId id, const ChunkLocation& 
 }
 
 }  // namespace
+
+std::string DescribeChunk(ChunkId id) {
+  char hex[32];
+  std::snprintf(hex, sizeof(hex), "0x%016llx", static_cast<unsigned long long>(id.value));
+  return "chunk " + std::string(hex) + " (segment " + std::to_string(id.segment()) + ", layer " +
+         std::to_string(id.layer()) + ", " + std::string(KvKindName(id.kind())) + ", index " +
+         std::to_string(id.index()) + ")";
+}
 
 ChunkStore::ChunkStore(const ChunkStoreOptions& options)
     : options_(options),
@@ -205,18 +214,18 @@ Status ChunkStore::Replay() {
     ++valid;
     next_seq_ = std::max(next_seq_, r.seq + 1);
     if (r.type == kRecordRemove) {
-      chunks_.erase(r.chunk_id);
+      chunks_.erase(ChunkId{r.chunk_id});
       continue;
     }
     ChunkLocation loc{r.offset, r.length, r.data_crc};
     if (!IsAligned(loc.offset, kChunkAlign) || loc.length == 0 ||
         loc.offset + loc.extent_bytes() > capacity_bytes_) {
-      return Status::InvalidArgument(manifest_path_ + ": " + ChunkName(r.chunk_id) +
+      return Status::InvalidArgument(manifest_path_ + ": " + ChunkName(ChunkId{r.chunk_id}) +
                                      " at offset " + std::to_string(loc.offset) + " length " +
                                      std::to_string(loc.length) + " does not fit capacity " +
                                      std::to_string(capacity_bytes_));
     }
-    chunks_[r.chunk_id] = loc;
+    chunks_[ChunkId{r.chunk_id}] = loc;
   }
   replayed_records_ = valid;
   log_records_ = valid;

@@ -42,11 +42,13 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/types.h"
 #include "hw/posix_util.h"
 
 namespace kvtier::hw {
 
-using ChunkId = uint64_t;
+// "chunk 0x0000000500c00003 (segment 5, layer 3, V, index 3)": how every hw/ error names a chunk.
+std::string DescribeChunk(ChunkId id);
 
 // Every extent offset and allocation size is a multiple of this (page and NVMe LBA size).
 inline constexpr uint64_t kChunkAlign = 4096;

@@ -16,12 +16,13 @@
 #include <utility>
 
 #include "core/check.h"
+#include "hw/chunk_store.h"  // DescribeChunk
 #include "hw/posix_util.h"
 
 namespace kvtier::hw {
 namespace {
 
-std::string ChunkName(uint64_t id) { return "chunk " + std::to_string(id); }
+std::string ChunkName(ChunkId id) { return DescribeChunk(id); }
 
 // A request being split into sub-IOs and completed.
 struct Pending {

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/types.h"
 
 namespace kvtier::hw {
 
@@ -55,7 +56,7 @@ struct IoStamps {
 };
 
 struct ReadResult {
-  uint64_t chunk_id = 0;
+  ChunkId chunk_id;
   uint64_t tag = 0;
   IoClass io_class = IoClass::kDemand;
   uint64_t bytes = 0;  // Bytes read (== the request's length when status is OK).
@@ -64,7 +65,7 @@ struct ReadResult {
 };
 
 struct ReadRequest {
-  uint64_t chunk_id = 0;  // Named in error messages; echoed in the result.
+  ChunkId chunk_id;       // Named in error messages; echoed in the result.
   uint64_t tag = 0;       // Caller's id (e.g. request id); echoed in the result.
   IoClass io_class = IoClass::kDemand;
   uint64_t offset = 0;  // File offset. REQUIRES: multiple of the engine's alignment.
