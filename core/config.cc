@@ -1,0 +1,370 @@
+#include "core/config.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include <boost/program_options.hpp>
+
+#include "core/errors.h"
+#include "core/units.h"
+
+namespace kvtier {
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+const KeySpec* FindKey(std::string_view name) {
+  for (const KeySpec& spec : AllKeys()) {
+    if (name == spec.name) return &spec;
+  }
+  return nullptr;
+}
+
+void ValidateValue(const KeySpec& spec, const std::string& text) {
+  switch (spec.type) {
+    case KeyType::kString:
+    case KeyType::kPath:
+      return;
+    case KeyType::kInt:
+      ParseInt(text);
+      return;
+    case KeyType::kDouble:
+      ParseDouble(text);
+      return;
+    case KeyType::kBool:
+      ParseBool(text);
+      return;
+    case KeyType::kBytes:
+      ParseBytes(text);
+      return;
+    case KeyType::kBandwidth:
+      ParseBandwidth(text);
+      return;
+    case KeyType::kDuration:
+      ParseDuration(text);
+      return;
+    case KeyType::kRate:
+      ParseRate(text);
+      return;
+    case KeyType::kEnum: {
+      std::string choices = spec.choices;
+      std::stringstream ss(choices);
+      std::string item;
+      while (std::getline(ss, item, '|')) {
+        if (item == text) return;
+      }
+      std::replace(choices.begin(), choices.end(), '|', ',');
+      throw std::invalid_argument("'" + text + "' is not one of: " + choices);
+    }
+  }
+}
+
+namespace {
+
+std::string Trim(const std::string& s) {
+  auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  auto e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+// Maps each dotted key of an INI file to the line it is on (Boost does not report lines).
+std::map<std::string, int> KeyLines(const std::string& path) {
+  std::map<std::string, int> lines;
+  std::ifstream in(path);
+  std::string line, section;
+  for (int number = 1; std::getline(in, line); ++number) {
+    std::string t = Trim(line.substr(0, line.find_first_of("#;")));
+    if (t.empty()) continue;
+    if (t.front() == '[' && t.back() == ']') {
+      section = Trim(t.substr(1, t.size() - 2));
+      continue;
+    }
+    auto eq = t.find('=');
+    if (eq == std::string::npos) continue;
+    std::string key = Trim(t.substr(0, eq));
+    std::string full = section.empty() ? key : section + "." + key;
+    lines.emplace(full, number);  // first occurrence
+  }
+  return lines;
+}
+
+// Finds the line of the first syntactically broken line, for Boost's "invalid line" errors.
+int FirstBadLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    std::string t = Trim(line.substr(0, line.find_first_of("#;")));
+    if (t.empty()) continue;
+    if (t.front() == '[' && t.back() == ']') continue;
+    if (t.find('=') == std::string::npos) return number;
+  }
+  return 0;
+}
+
+po::options_description KeyTable() {
+  po::options_description desc;
+  for (const KeySpec& spec : AllKeys()) {
+    desc.add_options()(spec.name, po::value<std::string>(), spec.doc);
+  }
+  return desc;
+}
+
+struct FileEntry {
+  std::string key;
+  std::string value;
+  std::string origin;
+};
+
+// Reads one INI file into (key, value, origin) entries, rejecting unknown keys, bad values and
+// keys set twice. `allow_include` is true for the experiment file only.
+std::vector<FileEntry> ReadIni(const std::string& path, bool allow_include) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path + ": cannot open configuration file");
+  auto lines = KeyLines(path);
+  auto origin = [&](const std::string& key) {
+    auto it = lines.find(key);
+    return it == lines.end() ? path : path + ":" + std::to_string(it->second);
+  };
+  // Boost only knows '#' comments; INI files also use ';' (whole-line and inline). Cut both
+  // before parsing, keeping one line per line so KeyLines' numbers still match.
+  std::stringstream stripped;
+  for (std::string line; std::getline(in, line);) {
+    stripped << line.substr(0, line.find_first_of("#;")) << '\n';
+  }
+  po::parsed_options parsed(nullptr);
+  try {
+    parsed = po::parse_config_file(stripped, KeyTable(), /*allow_unregistered=*/true);
+  } catch (const po::error& e) {
+    int bad = FirstBadLine(path);
+    throw ConfigError(path + (bad ? ":" + std::to_string(bad) : std::string()) + ": " + e.what());
+  }
+  std::vector<FileEntry> entries;
+  std::set<std::string> seen;
+  for (const po::option& opt : parsed.options) {
+    const std::string& key = opt.string_key;
+    if (opt.unregistered || FindKey(key) == nullptr) {
+      throw ConfigError(origin(key) + ": unknown key '" + key +
+                        "' (kvtier config --keys lists every key)");
+    }
+    if (!allow_include && key.rfind("include.", 0) == 0) {
+      throw ConfigError(origin(key) + ": " + key +
+                        ": only experiment files may include other files");
+    }
+    if (!seen.insert(key).second) {
+      throw ConfigError(origin(key) + ": key '" + key + "' is set twice in this file");
+    }
+    std::string value = opt.value.empty() ? std::string() : Trim(opt.value.front());
+    // Boost keeps inline comments; strip them as INI users expect.
+    auto hash = value.find_first_of("#;");
+    if (hash != std::string::npos) value = Trim(value.substr(0, hash));
+    try {
+      ValidateValue(*FindKey(key), value);
+    } catch (const std::invalid_argument& e) {
+      throw ConfigError(origin(key) + ": " + key + ": " + e.what());
+    }
+    entries.push_back({key, value, origin(key)});
+  }
+  return entries;
+}
+
+std::pair<std::string, std::string> SplitOverride(const std::string& raw) {
+  std::string s = raw;
+  while (!s.empty() && s.front() == '-') s.erase(s.begin());
+  auto eq = s.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw ConfigError("command line: '" + raw + "': expected --key=value");
+  }
+  return {Trim(s.substr(0, eq)), Trim(s.substr(eq + 1))};
+}
+
+// Resolves `[include] kind = value` relative to the experiment file.
+std::string ResolveInclude(const std::string& kind_dir, const std::string& value,
+                           const std::string& experiment_path, const std::string& origin) {
+  fs::path base = fs::path(experiment_path).parent_path();
+  fs::path candidate;
+  const bool is_path = value.find('/') != std::string::npos ||
+                       (value.size() > 4 && value.substr(value.size() - 4) == ".ini");
+  if (is_path) {
+    candidate = fs::path(value).is_absolute() ? fs::path(value) : base / value;
+  } else {
+    candidate = fs::path(FindConfigDir(experiment_path)) / kind_dir / (value + ".ini");
+  }
+  if (!fs::exists(candidate)) {
+    std::string known;
+    fs::path dir = fs::path(FindConfigDir(experiment_path)) / kind_dir;
+    std::vector<std::string> names;
+    if (fs::is_directory(dir)) {
+      for (const auto& e : fs::directory_iterator(dir)) {
+        if (e.path().extension() == ".ini") names.push_back(e.path().stem().string());
+      }
+    }
+    std::sort(names.begin(), names.end());
+    for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+    throw ConfigError(origin + ": include." + (kind_dir == "hardware" ? "hardware"
+                                               : kind_dir.substr(0, kind_dir.size() - 1)) +
+                      ": no file " + candidate.string() +
+                      (known.empty() ? "" : " (known: " + known + ")"));
+  }
+  return candidate.lexically_normal().string();
+}
+
+}  // namespace
+
+std::string FindConfigDir(const std::string& near_path) {
+  if (const char* env = std::getenv("KVTIER_CONFIG_DIR"); env && *env) return env;
+  std::error_code ec;
+  fs::path p = fs::absolute(near_path.empty() ? fs::current_path() : fs::path(near_path), ec);
+  for (; !p.empty() && p != p.root_path(); p = p.parent_path()) {
+    if (p.filename() == "configs" && fs::is_directory(p / "models")) return p.string();
+    if (fs::is_directory(p / "configs" / "models")) return (p / "configs").string();
+  }
+#ifdef KVTIER_DEFAULT_CONFIG_DIR
+  return KVTIER_DEFAULT_CONFIG_DIR;
+#else
+  return "configs";
+#endif
+}
+
+Config::Config() {
+  for (const KeySpec& spec : AllKeys()) {
+    if (spec.default_value != nullptr) values_[spec.name] = Value{spec.default_value, "default"};
+  }
+}
+
+void Config::Set(const std::string& key, const std::string& text, const std::string& origin) {
+  const KeySpec* spec = FindKey(key);
+  if (spec == nullptr) {
+    throw ConfigError(origin + ": unknown key '" + key + "' (kvtier config --keys lists every key)");
+  }
+  try {
+    ValidateValue(*spec, text);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(origin + ": " + key + ": " + e.what());
+  }
+  values_[key] = Value{text, origin};
+}
+
+Config Config::FromOverrides(const std::vector<std::string>& overrides) {
+  Config config;
+  for (const std::string& raw : overrides) {
+    auto [key, value] = SplitOverride(raw);
+    config.Set(key, value, "command line");
+  }
+  return config;
+}
+
+Config Config::Load(const std::string& experiment_path, const std::vector<std::string>& overrides) {
+  Config config;
+  std::map<std::string, std::string> cli;
+  for (const std::string& raw : overrides) {
+    auto [key, value] = SplitOverride(raw);
+    if (FindKey(key) == nullptr) {
+      throw ConfigError("command line: unknown key '" + key +
+                        "' (kvtier config --keys lists every key)");
+    }
+    cli[key] = value;
+  }
+  std::vector<FileEntry> experiment = ReadIni(experiment_path, /*allow_include=*/true);
+  config.files_.push_back(experiment_path);
+
+  // Includes, weakest first: model, hardware, system.
+  static const std::pair<const char*, const char*> kIncludes[] = {
+      {"include.model", "models"}, {"include.hardware", "hardware"}, {"include.system", "systems"}};
+  for (const auto& [key, dir] : kIncludes) {
+    std::string value, origin;
+    if (auto it = cli.find(key); it != cli.end()) {
+      value = it->second;
+      origin = "command line";
+    } else {
+      for (const FileEntry& e : experiment) {
+        if (e.key == key) {
+          value = e.value;
+          origin = e.origin;
+        }
+      }
+    }
+    if (value.empty()) continue;
+    std::string path = ResolveInclude(dir, value, experiment_path, origin);
+    config.files_.push_back(path);
+    for (const FileEntry& e : ReadIni(path, /*allow_include=*/false)) {
+      config.values_[e.key] = Value{e.value, e.origin};
+    }
+  }
+  for (const FileEntry& e : experiment) config.values_[e.key] = Value{e.value, e.origin};
+  for (const auto& [key, value] : cli) config.Set(key, value, "command line");
+  return config;
+}
+
+bool Config::Has(std::string_view key) const { return values_.find(key) != values_.end(); }
+
+const Config::Value& Config::Get(std::string_view key) const {
+  auto it = values_.find(key);
+  if (it == values_.end()) {
+    throw ConfigError(std::string(key) + ": required key is not set (set it in the experiment "
+                      "file or with --" + std::string(key) + "=...)");
+  }
+  return it->second;
+}
+
+std::string Config::Where(std::string_view key) const {
+  auto it = values_.find(key);
+  std::string origin = it == values_.end() ? "configuration" : it->second.origin;
+  return origin + ": " + std::string(key);
+}
+
+namespace {
+template <typename F>
+auto Typed(const Config& c, std::string_view key, F parse) {
+  const auto& v = c.Get(key);
+  try {
+    return parse(v.text);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(c.Where(key) + ": " + e.what());
+  }
+}
+}  // namespace
+
+std::string Config::GetString(std::string_view key) const { return Get(key).text; }
+long long Config::GetInt(std::string_view key) const {
+  return Typed(*this, key, [](const std::string& t) { return ParseInt(t); });
+}
+double Config::GetDouble(std::string_view key) const {
+  return Typed(*this, key, [](const std::string& t) { return ParseDouble(t); });
+}
+bool Config::GetBool(std::string_view key) const {
+  return Typed(*this, key, [](const std::string& t) { return ParseBool(t); });
+}
+Bytes Config::GetBytes(std::string_view key) const {
+  return Typed(*this, key, [](const std::string& t) { return ParseBytes(t); });
+}
+double Config::GetBandwidth(std::string_view key) const {
+  return Typed(*this, key, [](const std::string& t) { return ParseBandwidth(t); });
+}
+Seconds Config::GetDuration(std::string_view key) const {
+  return Typed(*this, key, [](const std::string& t) { return ParseDuration(t); });
+}
+double Config::GetRate(std::string_view key) const {
+  return Typed(*this, key, [](const std::string& t) { return ParseRate(t); });
+}
+
+std::string Config::Dump(bool with_origins) const {
+  std::size_t width = 0;
+  for (const auto& [key, value] : values_) width = std::max(width, key.size() + value.text.size());
+  std::string out;
+  for (const auto& [key, value] : values_) {
+    std::string line = key + " = " + value.text;
+    if (with_origins) {
+      line.resize(std::max(line.size(), width + 5), ' ');
+      line += "  ; " + value.origin;
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace kvtier

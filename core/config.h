@@ -1,0 +1,95 @@
+#pragma once
+// Config: the fully resolved key/value configuration of one run, with where each value came
+// from. Experiment files are INI files read with Boost.Program_options; a section and a key
+// join with a dot (`[cache] gpu_capacity = 10GiB` -> `cache.gpu_capacity`), and the same keys
+// override from the command line (`--cache.gpu_capacity=4GiB`).
+//
+// An experiment file may name a model, a hardware profile and a system to include:
+//   [include]
+//   model = opt-13b              ; configs/models/opt-13b.ini (or a path ending in .ini)
+//   hardware = a100-pcie4-nvme   ; configs/hardware/...
+//   system = spec                ; configs/systems/...
+// Precedence, strongest first: command line, the experiment file, the system file, the
+// hardware file, the model file, the defaults of the key table (core/config_keys.cc).
+//
+// Every key must be in the key table; unknown keys, values that do not parse as the key's
+// type, and keys set twice in one file are ConfigErrors naming the file, line and key. The
+// resolved configuration (`Dump`) is what runs store, so a result row can be reproduced.
+
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/types.h"
+
+namespace kvtier {
+
+enum class KeyType { kString, kInt, kDouble, kBool, kBytes, kBandwidth, kDuration, kRate, kEnum,
+                     kPath };
+
+struct KeySpec {
+  const char* name;           // "cache.gpu_capacity"
+  KeyType type;
+  const char* default_value;  // nullptr: no default (Has() is false until set)
+  const char* choices;        // kEnum: "lru|lfu|score"; otherwise nullptr
+  const char* doc;            // one line, with the unit
+};
+
+// The one table of every configuration key (core/config_keys.cc).
+std::span<const KeySpec> AllKeys();
+const KeySpec* FindKey(std::string_view name);
+
+class Config {
+ public:
+  struct Value {
+    std::string text;    // as written (trimmed)
+    std::string origin;  // "configs/x.ini:12", "command line", "default"
+  };
+
+  // Defaults only.
+  Config();
+
+  // Loads `experiment_path` with its includes and then `overrides` ("key=value" or
+  // "--key=value"). Throws ConfigError with file, line and key.
+  static Config Load(const std::string& experiment_path, const std::vector<std::string>& overrides);
+  // Defaults plus `overrides`; for tests and runs without a file.
+  static Config FromOverrides(const std::vector<std::string>& overrides);
+
+  // Sets `key` (validated against the key table) from `origin`.
+  void Set(const std::string& key, const std::string& text, const std::string& origin);
+
+  bool Has(std::string_view key) const;
+  const Value& Get(std::string_view key) const;  // throws ConfigError if unset
+
+  // Typed getters; the value was validated when set, so these only fail on programming errors
+  // (asking for a key of another type) or unset keys without default (ConfigError).
+  std::string GetString(std::string_view key) const;
+  long long GetInt(std::string_view key) const;
+  double GetDouble(std::string_view key) const;
+  bool GetBool(std::string_view key) const;
+  Bytes GetBytes(std::string_view key) const;
+  double GetBandwidth(std::string_view key) const;  // bytes/s
+  Seconds GetDuration(std::string_view key) const;
+  double GetRate(std::string_view key) const;       // 1/s
+
+  // "key = value    ; origin" lines, sorted by key; what `kvtier config` prints.
+  std::string Dump(bool with_origins = true) const;
+  // Files this configuration was read from (experiment first, then includes).
+  const std::vector<std::string>& files() const { return files_; }
+  // A ConfigError message prefix for `key`: "file:line: key" or "command line: key".
+  std::string Where(std::string_view key) const;
+
+ private:
+  std::map<std::string, Value, std::less<>> values_;
+  std::vector<std::string> files_;
+};
+
+// Validates `text` against `spec`; throws std::invalid_argument saying what was expected.
+void ValidateValue(const KeySpec& spec, const std::string& text);
+
+// The directory holding models/, hardware/, systems/ (and experiments/): $KVTIER_CONFIG_DIR,
+// else the nearest ancestor `configs/` of `near_path`, else the source tree's configs/.
+std::string FindConfigDir(const std::string& near_path);
+
+}  // namespace kvtier

@@ -1,0 +1,96 @@
+// The one table of configuration keys: name, type, default, choices, meaning with unit.
+// Adding a key is one line here; loaders reject any key not listed. `kvtier config --keys`
+// prints this table, and docs/configuration.md describes the sections.
+
+#include "core/config.h"
+
+namespace kvtier {
+namespace {
+
+using K = KeyType;
+
+constexpr KeySpec kKeys[] = {
+    // [include] (experiment files only): names under configs/<kind>/ or paths to .ini files.
+    {"include.model", K::kString, nullptr, nullptr, "model descriptor to include"},
+    {"include.hardware", K::kString, nullptr, nullptr, "hardware profile to include"},
+    {"include.system", K::kString, nullptr, nullptr, "system (policy set) to include"},
+
+    // [experiment]
+    {"experiment.name", K::kString, "unnamed", nullptr, "name stored with every run"},
+    {"experiment.description", K::kString, "", nullptr, "free text"},
+
+    // [model] — configs/models/*.ini
+    {"model.name", K::kString, nullptr, nullptr, "model name, e.g. opt-13b"},
+    {"model.family", K::kEnum, "llama", "opt|llama", "architecture family (FFN shape, GQA)"},
+    {"model.layers", K::kInt, nullptr, nullptr, "transformer layers"},
+    {"model.hidden", K::kInt, nullptr, nullptr, "hidden size d"},
+    {"model.heads", K::kInt, nullptr, nullptr, "query heads"},
+    {"model.kv_heads", K::kInt, nullptr, nullptr, "key/value heads (= heads without GQA)"},
+    {"model.head_dim", K::kInt, nullptr, nullptr, "dimension of one head"},
+    {"model.ffn", K::kInt, nullptr, nullptr, "FFN inner dimension"},
+    {"model.vocab", K::kInt, nullptr, nullptr, "vocabulary size"},
+    {"model.dtype_bytes", K::kInt, "2", nullptr, "bytes per KV/weight element (fp16 = 2)"},
+    {"model.max_context", K::kInt, nullptr, nullptr, "longest sequence in tokens"},
+    {"model.gguf", K::kPath, "", nullptr, "GGUF file of a real model (hw, trace record, eval)"},
+
+    // [hardware] and its components — configs/hardware/*.ini
+    {"hardware.name", K::kString, "unnamed", nullptr, "hardware profile name"},
+    {"hardware.source", K::kString, "", nullptr, "where the numbers come from (datasheet, calibrate)"},
+    {"ssd.read_bw", K::kBandwidth, "5GB/s", nullptr, "sequential read bandwidth, bytes/s"},
+    {"ssd.write_bw", K::kBandwidth, "2GB/s", nullptr, "write bandwidth, bytes/s"},
+    {"ssd.latency", K::kDuration, "80us", nullptr, "per-I/O latency at queue depth 1"},
+    {"ssd.queue_depth", K::kInt, "32", nullptr, "I/Os the pipeline keeps in flight"},
+    {"ssd.capacity", K::kBytes, "2TB", nullptr, "SSD capacity for prefix KV"},
+    {"cpu.memcpy_bw", K::kBandwidth, "10GB/s", nullptr, "host memcpy bandwidth, bytes/s"},
+    {"cpu.gather_bw", K::kBandwidth, "8GB/s", nullptr, "bandwidth of gathering rows out of chunks"},
+    {"pcie.h2d_bw", K::kBandwidth, "25GB/s", nullptr, "pinned host-to-device bandwidth"},
+    {"pcie.d2h_bw", K::kBandwidth, "25GB/s", nullptr, "device-to-host bandwidth"},
+    {"pcie.latency", K::kDuration, "10us", nullptr, "per-copy overhead (scattered copies cost more)"},
+    {"gpu.name", K::kString, "", nullptr, "GPU model"},
+    {"gpu.memory", K::kBytes, "80GiB", nullptr, "GPU memory"},
+    {"gpu.flops", K::kRate, "312TFLOP/s", nullptr, "peak dense fp16 FLOP/s"},
+    {"gpu.efficiency", K::kDouble, "0.6", nullptr, "fraction of peak FLOP/s GEMMs reach"},
+    {"gpu.mem_bw", K::kBandwidth, "2TB/s", nullptr, "HBM bandwidth"},
+    {"gpu.kernel_overhead", K::kDuration, "20us", nullptr, "fixed cost per layer step"},
+    {"gpu.concurrent_prefills", K::kInt, "1", nullptr, "prefills the GPU serves at once"},
+    {"gpu.layer_table", K::kPath, "", nullptr, "measured per-layer times (CSV) instead of roofline"},
+
+    // [system] — configs/systems/*.ini; every technique is a switch.
+    {"system.name", K::kString, "custom", nullptr, "system name stored with every run"},
+    {"reuse.enabled", K::kBool, "true", nullptr, "reuse stored prefix KV (false = recompute all)"},
+    {"select.policy", K::kEnum, "all", "all|h2o",
+     "what is kept of the reused prefix without ITF: all, or H2O per-head top-k"},
+    {"select.retention", K::kDouble, "0.25", nullptr, "fraction of reused tokens kept per layer"},
+    {"itf.enabled", K::kBool, "false", nullptr, "similarity-guided identification (SPEC IV-B)"},
+    {"itf.probe_heads", K::kInt, "3", nullptr, "probe KV heads (the first ones of each layer)"},
+    {"itf.alpha", K::kDouble, "0.6", nullptr, "threshold exponent: t = j^alpha"},
+    {"prefetch.mode", K::kEnum, "none", "none|layer|cake",
+     "none; layer: load layer l+1 during layer l (speculative with ITF); cake: bidirectional"},
+    {"prefetch.cake_chunk_tokens", K::kInt, "512", nullptr, "Cake's compute/load chunk, tokens"},
+    {"reorder.enabled", K::kBool, "false", nullptr, "repack nodes by importance (SPEC IV-D1)"},
+    {"reorder.interval", K::kDuration, "600s", nullptr, "time between repacking passes"},
+    {"reorder.min_accesses", K::kInt, "2", nullptr, "accesses before a node is worth repacking"},
+    {"reorder.history_weight", K::kDouble, "0.8", nullptr, "weight of history in mean importance"},
+    {"cache.policy", K::kEnum, "lru", "lru|lfu|score", "GPU/CPU cache ranking (SPEC IV-D2)"},
+    {"cache.gpu_capacity", K::kBytes, "10GiB", nullptr, "GPU prefix-KV cache"},
+    {"cache.cpu_capacity", K::kBytes, "32GiB", nullptr, "CPU prefix-KV cache"},
+    {"cache.chunk_tokens", K::kInt, "64", nullptr, "tokens per chunk (unit of I/O and caching)"},
+    {"cache.history_weight", K::kDouble, "0.8", nullptr, "weight of history in the important-ratio EMA"},
+    {"cache.store_new", K::kBool, "true", nullptr, "write the new prefix KV (NR) to SSD"},
+
+    // [run]
+    {"run.warmup_requests", K::kInt, "0", nullptr, "first requests excluded from statistics"},
+    {"run.prewarm", K::kBool, "false", nullptr, "fill the caches before measuring (as the paper)"},
+    {"run.max_requests", K::kInt, "0", nullptr, "stop after this many requests (0 = all)"},
+    {"run.seed", K::kInt, "1", nullptr, "seed for anything random in the run"},
+
+    // [workload]
+    {"workload.trace", K::kPath, "", nullptr, "trace file to replay"},
+    {"workload.importance", K::kString, "", nullptr, "importance model for traces without scores"},
+};
+
+}  // namespace
+
+std::span<const KeySpec> AllKeys() { return kKeys; }
+
+}  // namespace kvtier

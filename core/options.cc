@@ -1,0 +1,146 @@
+#include "core/options.h"
+
+#include "core/errors.h"
+
+namespace kvtier {
+namespace {
+
+int PositiveInt(const Config& c, const char* key) {
+  long long v = c.GetInt(key);
+  if (v <= 0 || v > (1LL << 30)) {
+    throw ConfigError(c.Where(key) + ": must be a positive integer, got " + std::to_string(v));
+  }
+  return static_cast<int>(v);
+}
+
+double Positive(const Config& c, const char* key, double v) {
+  if (!(v > 0)) throw ConfigError(c.Where(key) + ": must be > 0");
+  return v;
+}
+
+}  // namespace
+
+ModelSpec BuildModelSpec(const Config& c) {
+  ModelSpec m;
+  m.name = c.GetString("model.name");
+  m.family = c.GetString("model.family") == "opt" ? ModelFamily::kOpt : ModelFamily::kLlama;
+  m.layers = PositiveInt(c, "model.layers");
+  m.hidden = PositiveInt(c, "model.hidden");
+  m.heads = PositiveInt(c, "model.heads");
+  m.kv_heads = PositiveInt(c, "model.kv_heads");
+  m.head_dim = PositiveInt(c, "model.head_dim");
+  m.ffn = PositiveInt(c, "model.ffn");
+  m.vocab = PositiveInt(c, "model.vocab");
+  m.dtype_bytes = PositiveInt(c, "model.dtype_bytes");
+  m.max_context = PositiveInt(c, "model.max_context");
+  if (m.layers > static_cast<int>(kMaxLayers)) {
+    throw ConfigError(c.Where("model.layers") + ": at most " + std::to_string(kMaxLayers));
+  }
+  if (m.heads % m.kv_heads != 0) {
+    throw ConfigError(c.Where("model.kv_heads") + ": heads (" + std::to_string(m.heads) +
+                      ") must be a multiple of kv_heads (" + std::to_string(m.kv_heads) + ")");
+  }
+  if (m.family == ModelFamily::kOpt && m.kv_heads != m.heads) {
+    throw ConfigError(c.Where("model.kv_heads") + ": OPT models have no GQA (kv_heads = heads)");
+  }
+  return m;
+}
+
+HardwareOptions BuildHardwareOptions(const Config& c) {
+  HardwareOptions h;
+  h.name = c.GetString("hardware.name");
+  h.ssd_read_bw = Positive(c, "ssd.read_bw", c.GetBandwidth("ssd.read_bw"));
+  h.ssd_write_bw = Positive(c, "ssd.write_bw", c.GetBandwidth("ssd.write_bw"));
+  h.ssd_latency = c.GetDuration("ssd.latency");
+  h.ssd_queue_depth = PositiveInt(c, "ssd.queue_depth");
+  h.cpu_memcpy_bw = Positive(c, "cpu.memcpy_bw", c.GetBandwidth("cpu.memcpy_bw"));
+  h.cpu_gather_bw = Positive(c, "cpu.gather_bw", c.GetBandwidth("cpu.gather_bw"));
+  h.pcie_h2d_bw = Positive(c, "pcie.h2d_bw", c.GetBandwidth("pcie.h2d_bw"));
+  h.pcie_d2h_bw = Positive(c, "pcie.d2h_bw", c.GetBandwidth("pcie.d2h_bw"));
+  h.pcie_latency = c.GetDuration("pcie.latency");
+  h.gpu_flops = Positive(c, "gpu.flops", c.GetRate("gpu.flops"));
+  h.gpu_efficiency = c.GetDouble("gpu.efficiency");
+  if (!(h.gpu_efficiency > 0 && h.gpu_efficiency <= 1)) {
+    throw ConfigError(c.Where("gpu.efficiency") + ": must be in (0, 1]");
+  }
+  h.gpu_mem_bw = Positive(c, "gpu.mem_bw", c.GetBandwidth("gpu.mem_bw"));
+  h.gpu_kernel_overhead = c.GetDuration("gpu.kernel_overhead");
+  h.gpu_concurrent_prefills = PositiveInt(c, "gpu.concurrent_prefills");
+  h.gpu_layer_table = c.GetString("gpu.layer_table");
+  return h;
+}
+
+SystemOptions BuildSystemOptions(const Config& c, const ModelSpec& model) {
+  SystemOptions s;
+  s.name = c.GetString("system.name");
+  s.reuse = c.GetBool("reuse.enabled");
+  s.select = c.GetString("select.policy") == "h2o" ? SelectPolicy::kH2o : SelectPolicy::kAll;
+  s.retention = c.GetDouble("select.retention");
+  if (!(s.retention > 0 && s.retention <= 1)) {
+    throw ConfigError(c.Where("select.retention") + ": retention ratio must be in (0, 1], got " +
+                      c.GetString("select.retention"));
+  }
+  s.itf = c.GetBool("itf.enabled");
+  s.itf_options.probe_heads = static_cast<int>(c.GetInt("itf.probe_heads"));
+  s.itf_options.alpha = c.GetDouble("itf.alpha");
+  s.itf_options.retention = s.retention;
+  if (s.itf_options.probe_heads < 1 || s.itf_options.probe_heads > model.kv_heads) {
+    throw ConfigError(c.Where("itf.probe_heads") + ": must be in [1, kv_heads = " +
+                      std::to_string(model.kv_heads) + "]");
+  }
+  if (s.itf_options.alpha < 0) throw ConfigError(c.Where("itf.alpha") + ": must be >= 0");
+  std::string mode = c.GetString("prefetch.mode");
+  s.prefetch = mode == "layer" ? PrefetchMode::kLayer
+               : mode == "cake" ? PrefetchMode::kCake : PrefetchMode::kNone;
+  s.cake_chunk_tokens = PositiveInt(c, "prefetch.cake_chunk_tokens");
+  s.reorder = c.GetBool("reorder.enabled");
+  s.reorder_interval = c.GetDuration("reorder.interval");
+  s.reorder_min_accesses = static_cast<int>(c.GetInt("reorder.min_accesses"));
+  s.reorder_history_weight = c.GetDouble("reorder.history_weight");
+  s.cache_policy = c.GetString("cache.policy");
+  s.cache.gpu_capacity = c.GetBytes("cache.gpu_capacity");
+  s.cache.cpu_capacity = c.GetBytes("cache.cpu_capacity");
+  s.cache.history_weight = c.GetDouble("cache.history_weight");
+  if (!(s.cache.history_weight >= 0 && s.cache.history_weight < 1)) {
+    throw ConfigError(c.Where("cache.history_weight") + ": must be in [0, 1)");
+  }
+  s.chunk_tokens = PositiveInt(c, "cache.chunk_tokens");
+  if (s.chunk_tokens > 65535) {
+    throw ConfigError(c.Where("cache.chunk_tokens") + ": at most 65535 tokens per chunk");
+  }
+  s.store_new = c.GetBool("cache.store_new");
+  const Bytes chunk = model.ChunkBytes(s.chunk_tokens);
+  for (const char* key : {"cache.gpu_capacity", "cache.cpu_capacity"}) {
+    Bytes cap = c.GetBytes(key);
+    if (s.reuse && cap != 0 && cap < chunk) {
+      throw ConfigError(c.Where(key) + ": " + c.GetString(key) +
+                        " is smaller than one chunk (" + std::to_string(chunk) + " B = " +
+                        std::to_string(s.chunk_tokens) + " tokens of " + model.name +
+                        "); use 0 to disable the tier");
+    }
+  }
+  return s;
+}
+
+ExperimentOptions BuildOptions(const Config& c) {
+  ExperimentOptions o;
+  o.experiment_name = c.GetString("experiment.name");
+  o.model = BuildModelSpec(c);
+  o.hardware = BuildHardwareOptions(c);
+  o.system = BuildSystemOptions(c, o.model);
+  o.run.warmup_requests = static_cast<int>(c.GetInt("run.warmup_requests"));
+  o.run.prewarm = c.GetBool("run.prewarm");
+  o.run.max_requests = c.GetInt("run.max_requests");
+  o.run.seed = c.GetInt("run.seed");
+  o.trace = c.GetString("workload.trace");
+  o.importance = c.GetString("workload.importance");
+  return o;
+}
+
+const std::vector<std::string>& KnownSystemNames() {
+  static const std::vector<std::string> kNames = {"recomp",  "as",   "as_h2o_lru", "as_h2o_lfu",
+                                                  "impress", "spec", "cake"};
+  return kNames;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,87 @@
+#pragma once
+// Typed options built from a resolved Config, validated before anything runs (CUTLASS's
+// can_implement idea). Every field has its unit in the name or type. `BuildOptions` throws
+// ConfigError naming the file, line and key of the offending value.
+
+#include <string>
+
+#include "core/config.h"
+#include "core/itf.h"
+#include "core/model_spec.h"
+#include "core/tiered_cache.h"
+
+namespace kvtier {
+
+struct HardwareOptions {
+  std::string name;
+  double ssd_read_bw = 5e9;        // bytes/s
+  double ssd_write_bw = 2e9;
+  Seconds ssd_latency = 80e-6;     // per I/O at queue depth 1
+  int ssd_queue_depth = 32;
+  double cpu_memcpy_bw = 10e9;
+  double cpu_gather_bw = 8e9;
+  double pcie_h2d_bw = 25e9;
+  double pcie_d2h_bw = 25e9;
+  Seconds pcie_latency = 10e-6;    // per copy
+  double gpu_flops = 312e12;       // peak
+  double gpu_efficiency = 0.6;
+  double gpu_mem_bw = 2e12;
+  Seconds gpu_kernel_overhead = 20e-6;
+  int gpu_concurrent_prefills = 1;
+  std::string gpu_layer_table;     // path, empty = roofline
+};
+
+enum class SelectPolicy { kAll, kH2o };
+enum class PrefetchMode { kNone, kLayer, kCake };
+
+// The policy switches of one system (configs/systems/*.ini).
+struct SystemOptions {
+  std::string name = "custom";
+  bool reuse = true;                 // false: recompute the whole prefix (recomp)
+  SelectPolicy select = SelectPolicy::kAll;
+  double retention = 0.25;           // fraction of R kept per layer, in (0, 1]
+  bool itf = false;
+  ItfOptions itf_options;            // probe heads, alpha, retention (copied from above)
+  PrefetchMode prefetch = PrefetchMode::kNone;
+  int cake_chunk_tokens = 512;
+  bool reorder = false;
+  Seconds reorder_interval = 600;
+  int reorder_min_accesses = 2;
+  double reorder_history_weight = 0.8;
+  std::string cache_policy = "lru";
+  TieredCacheOptions cache;          // capacities, history weight
+  int chunk_tokens = 64;
+  bool store_new = true;
+};
+
+struct RunOptions {
+  int warmup_requests = 0;
+  bool prewarm = false;
+  long long max_requests = 0;
+  long long seed = 1;
+};
+
+struct ExperimentOptions {
+  std::string experiment_name;
+  ModelSpec model;
+  HardwareOptions hardware;
+  SystemOptions system;
+  RunOptions run;
+  std::string trace;       // workload.trace
+  std::string importance;  // workload.importance
+};
+
+// Builds and validates. Checks include: model dimensions positive and consistent
+// (heads * head_dim == hidden for OPT; heads % kv_heads == 0), retention in (0, 1],
+// probe heads in [1, kv_heads], caches at least one chunk, chunk_tokens in [1, 65535],
+// bandwidths > 0, queue depth >= 1.
+ExperimentOptions BuildOptions(const Config& config);
+ModelSpec BuildModelSpec(const Config& config);
+HardwareOptions BuildHardwareOptions(const Config& config);
+SystemOptions BuildSystemOptions(const Config& config, const ModelSpec& model);
+
+// The systems of DESIGN.md, by name, for listings and error messages:
+// recomp, as, as_h2o_lru, as_h2o_lfu, impress, spec, cake.
+const std::vector<std::string>& KnownSystemNames();
+
+}  // namespace kvtier

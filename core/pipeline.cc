@@ -1,0 +1,1022 @@
+#include "core/pipeline.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <unordered_map>
+
+#include "core/check.h"
+#include "core/itf.h"
+#include "core/prefetch.h"
+
+namespace kvtier {
+
+// ---- per-request state ----------------------------------------------------------------------
+
+// What one layer keeps of R: every token (optionally a token range, for Cake's chunks), one
+// shared set (ITF pass, or a prediction), or one set per KV head (H2O).
+struct Pipeline::Selection {
+  enum class Kind { kAll, kShared, kPerHead } kind = Kind::kAll;
+  std::int64_t begin = 0, end = 0;  // kAll: token range [begin, end)
+  TokenSet shared;
+  std::vector<TokenSet> per_head;
+
+  double Kept() const {
+    switch (kind) {
+      case Kind::kAll: return double(end - begin);
+      case Kind::kShared: return double(shared.size());
+      case Kind::kPerHead: {
+        double sum = 0;
+        for (const auto& s : per_head) sum += double(s.size());
+        return per_head.empty() ? 0 : sum / double(per_head.size());
+      }
+    }
+    return 0;
+  }
+};
+
+namespace {
+
+// Where the rows of a chunk come from in one batch of loads.
+enum class Source : std::uint8_t { kGpuHit, kCpu, kSsd, kPrefetched };
+
+struct PrefetchEntry {
+  Source source = Source::kSsd;
+  OpId op = kNoOp;                  // transfer that brought the rows (kNoOp: GPU hit)
+  bool all_rows = false;
+  std::vector<std::uint16_t> rows;  // sorted
+};
+
+}  // namespace
+
+// Loads of one or more (layer, kind) needs, aggregated per source into at most four ops.
+struct Pipeline::LoadGroup {
+  TransferOp ssd_read, gather, h2d_from_ssd, h2d_from_cpu;
+  std::vector<OpId> prefetch_deps;  // prefetch transfers the batch relies on
+  std::vector<ChunkId> needed;      // chunks used (demand) or fetched (prefetch)
+  std::vector<std::pair<ChunkId, Source>> fetched;  // prefetch: chunk and where it came from
+  std::vector<std::pair<ChunkId, std::vector<std::uint16_t>>> fetched_rows;
+  std::vector<std::uint8_t> fetched_all;
+  Bytes promote_bytes = 0, demote_bytes = 0;
+  std::vector<ChunkIo> promote_chunks, demote_chunks;
+  std::vector<OpId> terminal;       // filled by SubmitLoads
+  std::int64_t gpu_hits = 0, cpu_hits = 0, ssd_reads = 0, prefetch_used = 0;
+};
+
+struct Pipeline::RequestState {
+  const Request* req = nullptr;
+  bool warmup = false;
+  RequestRecord rec;
+  Match match;
+  std::int64_t n = 0, nr = 0, q = 0;
+  struct Slot {
+    std::uint32_t segment;
+    std::uint32_t chunk;
+    int tokens;
+  };
+  std::vector<Slot> slots;
+  std::vector<std::uint32_t> slot_of;  // per R token
+  std::vector<std::uint16_t> row_of;   // per R token
+  std::vector<float> kept_fraction;    // per R token: sum over layers of the share kept
+  // Foreground ops in submission order, with how to log them.
+  struct OpLog {
+    OpId op;
+    bool is_transfer;
+    TransferRecord transfer;  // when is_transfer
+    bool gpu;                 // compute on the GPU
+    int layer;
+    ComputeKind compute_kind;
+  };
+  std::vector<OpLog> ops;
+  std::unordered_map<ChunkId, PrefetchEntry> prefetched;  // for the next layer
+  std::unordered_map<ChunkId, PrefetchEntry> current;     // for the current layer
+  std::vector<LayerRecord> layers;
+  std::vector<OpId> layer_compute;  // compute op per layer (kNoOp if none)
+  std::vector<std::vector<OpId>> layer_gpu_ops;  // GPU ops attributed to each layer
+  Status status;
+};
+
+namespace {
+
+Tier SrcOf(TransferKind kind) {
+  switch (kind) {
+    case TransferKind::kSsdRead: return Tier::kSsd;
+    case TransferKind::kSsdWrite: return Tier::kCpu;
+    case TransferKind::kH2D: return Tier::kCpu;
+    case TransferKind::kD2H: return Tier::kGpu;
+    case TransferKind::kCpuGather: return Tier::kCpu;
+  }
+  return Tier::kCpu;
+}
+
+Tier DstOf(TransferKind kind) {
+  switch (kind) {
+    case TransferKind::kSsdRead: return Tier::kCpu;
+    case TransferKind::kSsdWrite: return Tier::kSsd;
+    case TransferKind::kH2D: return Tier::kGpu;
+    case TransferKind::kD2H: return Tier::kCpu;
+    case TransferKind::kCpuGather: return Tier::kCpu;
+  }
+  return Tier::kCpu;
+}
+
+std::string Fixed(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4f", v);
+  return buf;
+}
+
+TransferOp MakeTransfer(TransferKind kind, Purpose purpose, RequestId request, int layer) {
+  TransferOp op;
+  op.kind = kind;
+  op.purpose = purpose;
+  op.request = request;
+  op.layer = layer;
+  return op;
+}
+
+// Rows of `needed` not in `have` (both sorted).
+std::vector<std::uint16_t> Missing(const std::vector<std::uint16_t>& needed,
+                                   const std::vector<std::uint16_t>& have) {
+  std::vector<std::uint16_t> out;
+  std::set_difference(needed.begin(), needed.end(), have.begin(), have.end(),
+                      std::back_inserter(out));
+  return out;
+}
+
+}  // namespace
+
+// ---- construction ---------------------------------------------------------------------------
+
+Pipeline::Pipeline(const ModelSpec& model, const PipelineOptions& options, Executor* executor,
+                   ScoreSource* scores, RunLog* log)
+    : model_(model), options_(options), executor_(executor), scores_(scores), log_(log) {
+  const SystemOptions& s = options_.system;
+  cache_ = std::make_unique<TieredCache>(NewCachePolicy(s.cache_policy, "cache.policy"), s.cache);
+  tree_ = std::make_unique<RadixTree>(1, s.chunk_tokens);
+  reorderer_ = std::make_unique<Reorderer>(s.reorder_history_weight, s.reorder_min_accesses);
+}
+
+Pipeline::~Pipeline() = default;
+
+Bytes Pipeline::ChunkBytes(const Segment& seg, std::uint32_t chunk, KvKind kind) const {
+  const Bytes tokens = Bytes(seg.TokensInChunk(chunk, options_.system.chunk_tokens));
+  if (kind == KvKind::kProbeKey) {
+    return tokens * Bytes(options_.system.itf_options.probe_heads) * model_.RowBytes();
+  }
+  return tokens * model_.KBytesPerTokenLayer();
+}
+
+// ---- submission helpers ---------------------------------------------------------------------
+
+OpId Pipeline::SubmitCompute(RequestState& rs, ComputeOp op, std::vector<OpId> after, bool gpu) {
+  after.erase(std::remove(after.begin(), after.end(), kNoOp), after.end());
+  op.request = rs.req->id;
+  OpId id = executor_->Submit(op, after);
+  rs.ops.push_back({id, false, {}, gpu, op.layer, op.kind});
+  return id;
+}
+
+OpId Pipeline::SubmitTransfer(RequestState& rs, TransferOp op, std::vector<OpId> after,
+                              bool background) {
+  after.erase(std::remove(after.begin(), after.end(), kNoOp), after.end());
+  if (op.ios == 0) op.ios = std::max<std::uint32_t>(1, std::uint32_t(op.chunks.size()));
+  TransferRecord tr;
+  tr.request_id = rs.req->id;
+  tr.layer = op.layer;
+  tr.src = SrcOf(op.kind);
+  tr.dst = DstOf(op.kind);
+  tr.kind = op.kind;
+  tr.purpose = op.purpose;
+  tr.bytes = op.bytes;
+  tr.ios = op.ios;
+  switch (op.kind) {
+    case TransferKind::kSsdRead: rs.rec.ssd_read_bytes += op.bytes; break;
+    case TransferKind::kSsdWrite: rs.rec.ssd_write_bytes += op.bytes; break;
+    case TransferKind::kH2D: rs.rec.pcie_h2d_bytes += op.bytes; break;
+    case TransferKind::kD2H: rs.rec.pcie_d2h_bytes += op.bytes; break;
+    case TransferKind::kCpuGather: break;
+  }
+  OpId id = executor_->Submit(std::move(op), after);
+  if (background) {
+    background_.push_back({id, tr});
+  } else {
+    rs.ops.push_back({id, true, tr, false, tr.layer, ComputeKind::kLayerPrefill});
+  }
+  return id;
+}
+
+// ---- chunk map --------------------------------------------------------------------------------
+
+void Pipeline::BuildChunkMap(RequestState& rs) {
+  const int ct = options_.system.chunk_tokens;
+  rs.slot_of.resize(static_cast<std::size_t>(rs.n));
+  rs.row_of.resize(static_cast<std::size_t>(rs.n));
+  std::unordered_map<std::uint64_t, std::uint32_t> slot_index;
+  for (const MatchPiece& piece : rs.match.pieces) {
+    const Segment* seg = tree_->FindSegment(piece.segment);
+    KVTIER_CHECK(seg != nullptr, "match piece references a live segment");
+    for (std::int64_t t = piece.prefix_begin; t < piece.prefix_end; ++t) {
+      const std::int64_t offset = piece.segment_begin + (t - piece.prefix_begin);
+      const std::uint32_t chunk = seg->ChunkOf(offset, ct);
+      const std::uint64_t key = (std::uint64_t{piece.segment} << 32) | chunk;
+      auto [it, inserted] = slot_index.emplace(key, std::uint32_t(rs.slots.size()));
+      if (inserted) rs.slots.push_back({piece.segment, chunk, seg->TokensInChunk(chunk, ct)});
+      rs.slot_of[static_cast<std::size_t>(t)] = it->second;
+      rs.row_of[static_cast<std::size_t>(t)] = seg->RowOf(offset, ct);
+    }
+  }
+}
+
+Pipeline::Selection Pipeline::SelectAll(const RequestState& rs) const {
+  Selection sel;
+  sel.kind = Selection::Kind::kAll;
+  sel.begin = 0;
+  sel.end = rs.n;
+  return sel;
+}
+
+// ---- loads ------------------------------------------------------------------------------------
+
+// Plans the loads of `kind` chunks of `layer` that `sel` needs into `group` (no submission).
+// demand: the layer uses them now (cache accesses, prefetch settlement); otherwise they are a
+// prefetch for `layer`, remembered so the demand pass finds them.
+void Pipeline::IssueLoads(RequestState& rs, int layer, KvKind kind, const Selection& sel,
+                          Purpose purpose, std::span<const OpId> after, LoadGroup* group,
+                          bool demand) {
+  const std::size_t nslots = rs.slots.size();
+  // Per slot: union of rows needed, and the bytes those rows are (per-head sets differ).
+  std::vector<std::vector<std::uint16_t>> rows(nslots);
+  std::vector<Bytes> need_bytes(nslots, 0);
+  std::vector<std::uint8_t> touched(nslots, 0), all_rows(nslots, 0);
+  const Bytes token_bytes = kind == KvKind::kProbeKey
+                                ? Bytes(options_.system.itf_options.probe_heads) * model_.RowBytes()
+                                : model_.KBytesPerTokenLayer();
+  if (kind == KvKind::kProbeKey || sel.kind == Selection::Kind::kAll) {
+    const std::int64_t b = kind == KvKind::kProbeKey ? 0 : sel.begin;
+    const std::int64_t e = kind == KvKind::kProbeKey ? rs.n : sel.end;
+    for (std::int64_t t = b; t < e; ++t) {
+      const std::uint32_t s = rs.slot_of[std::size_t(t)];
+      touched[s] = 1;
+      rows[s].push_back(rs.row_of[std::size_t(t)]);
+      need_bytes[s] += token_bytes;
+    }
+    for (std::size_t s = 0; s < nslots; ++s) {
+      all_rows[s] = touched[s] && int(rows[s].size()) == rs.slots[s].tokens;
+    }
+  } else if (sel.kind == Selection::Kind::kShared) {
+    for (std::int32_t t : sel.shared) {
+      const std::uint32_t s = rs.slot_of[std::size_t(t)];
+      touched[s] = 1;
+      rows[s].push_back(rs.row_of[std::size_t(t)]);
+      need_bytes[s] += token_bytes;
+    }
+  } else {
+    for (const TokenSet& head : sel.per_head) {
+      for (std::int32_t t : head) {
+        const std::uint32_t s = rs.slot_of[std::size_t(t)];
+        touched[s] = 1;
+        rows[s].push_back(rs.row_of[std::size_t(t)]);
+        need_bytes[s] += model_.RowBytes();
+      }
+    }
+  }
+
+  std::vector<CacheMove> moves;
+  for (std::size_t s = 0; s < nslots; ++s) {
+    if (!touched[s]) continue;
+    auto& r = rows[s];
+    std::sort(r.begin(), r.end());
+    r.erase(std::unique(r.begin(), r.end()), r.end());
+    const auto& slot = rs.slots[s];
+    const Segment* seg = tree_->FindSegment(slot.segment);
+    const ChunkId id = ChunkId::Make(slot.segment, kind, std::uint32_t(layer), slot.chunk);
+    const Bytes chunk_bytes = ChunkBytes(*seg, slot.chunk, kind);
+    const bool partial = !all_rows[s] && int(r.size()) < slot.tokens;
+    Bytes move_bytes = need_bytes[s];
+    Source source;
+    const PrefetchEntry* pre = nullptr;
+    if (demand) {
+      auto it = rs.current.find(id);
+      if (it != rs.current.end()) pre = &it->second;
+    }
+    if (pre != nullptr) {
+      source = Source::kPrefetched;
+      ++group->prefetch_used;
+      std::vector<std::uint16_t> missing =
+          pre->all_rows ? std::vector<std::uint16_t>{} : Missing(r, pre->rows);
+      if (pre->op != kNoOp) group->prefetch_deps.push_back(pre->op);
+      if (!missing.empty() && pre->source != Source::kGpuHit) {
+        const Bytes extra = need_bytes[s] * Bytes(missing.size()) / Bytes(r.size());
+        group->h2d_from_cpu.bytes += extra;
+        ++group->h2d_from_cpu.ios;
+        if (options_.chunk_detail) group->h2d_from_cpu.chunks.push_back({id, extra, missing});
+      }
+    } else {
+      const Tier tier = cache_->Where(id);
+      if (tier == Tier::kGpu) {
+        source = Source::kGpuHit;
+        if (demand) ++group->gpu_hits;
+      } else if (tier == Tier::kCpu) {
+        source = Source::kCpu;
+        if (demand) ++group->cpu_hits;
+        group->h2d_from_cpu.bytes += move_bytes;
+        ++group->h2d_from_cpu.ios;
+        if (options_.chunk_detail) group->h2d_from_cpu.chunks.push_back({id, move_bytes, r});
+      } else {
+        source = Source::kSsd;
+        ++group->ssd_reads;
+        group->ssd_read.bytes += chunk_bytes;
+        ++group->ssd_read.ios;
+        if (options_.chunk_detail) group->ssd_read.chunks.push_back({id, chunk_bytes, {}});
+        if (partial) {
+          group->gather.bytes += move_bytes;
+          ++group->gather.ios;
+          if (options_.chunk_detail) group->gather.chunks.push_back({id, move_bytes, r});
+        }
+        group->h2d_from_ssd.bytes += move_bytes;
+        ++group->h2d_from_ssd.ios;
+        if (options_.chunk_detail) group->h2d_from_ssd.chunks.push_back({id, move_bytes, r});
+      }
+    }
+
+    if (!demand) {
+      group->fetched.emplace_back(id, source);
+      group->fetched_rows.emplace_back(id, r);
+      group->fetched_all.push_back(all_rows[s]);
+      continue;
+    }
+    group->needed.push_back(id);
+    // One cache access per use (SPEC §IV-D2); its moves become background transfers.
+    const double ratio = double(r.size()) / double(std::max(1, slot.tokens));
+    moves.clear();
+    cache_->Access(id, chunk_bytes, std::min(1.0, ratio), &moves);
+    for (const CacheMove& m : moves) {
+      if (m.to == Tier::kGpu) {
+        executor_->OnResident(Tier::kGpu, m.chunk);
+        if (m.from == Tier::kCpu) executor_->OnEvicted(Tier::kCpu, m.chunk);
+        const Bytes rest = m.chunk == id && m.bytes > move_bytes ? m.bytes - move_bytes
+                           : m.chunk == id ? 0 : m.bytes;
+        group->promote_bytes += rest;
+        if (options_.chunk_detail && rest > 0) group->promote_chunks.push_back({m.chunk, rest, {}});
+      } else if (m.to == Tier::kCpu) {
+        executor_->OnResident(Tier::kCpu, m.chunk);
+        if (m.from == Tier::kGpu) {
+          executor_->OnEvicted(Tier::kGpu, m.chunk);
+          group->demote_bytes += m.bytes;
+          if (options_.chunk_detail) group->demote_chunks.push_back({m.chunk, m.bytes, {}});
+        }
+      } else {
+        executor_->OnEvicted(m.from, m.chunk);
+      }
+      if (options_.log_chunk_decisions) {
+        const char* what = m.from == Tier::kSsd   ? "admit"
+                           : m.to == Tier::kSsd   ? "evict"
+                           : m.to == Tier::kGpu   ? "promote"
+                                                  : "demote";
+        log_->LogDecision({rs.req->id, layer, what, m.chunk.value,
+                           std::string(TierName(m.from)) + "->" + std::string(TierName(m.to)),
+                           false});
+      }
+    }
+  }
+  (void)purpose;
+  (void)after;
+}
+
+// ---- the per-layer driver -----------------------------------------------------------------------
+
+Status Pipeline::RunLayers(RequestState& rs) {
+  const SystemOptions& sys = options_.system;
+  const int L = model_.layers;
+  const std::int64_t newtok = rs.nr + rs.q;
+  const int probes = sys.itf_options.probe_heads;
+  const std::int64_t k = RetainedTokens(sys.retention, rs.n);
+  const bool overlap = sys.prefetch == PrefetchMode::kLayer;
+  std::vector<int> probe_heads(static_cast<std::size_t>(probes));
+  std::iota(probe_heads.begin(), probe_heads.end(), 0);
+  std::vector<int> all_heads(static_cast<std::size_t>(model_.kv_heads));
+  std::iota(all_heads.begin(), all_heads.end(), 0);
+  std::vector<float> scores;
+  OpId prev_compute = kNoOp;
+
+  auto submit_group = [&](LoadGroup& g, Purpose purpose, int layer, std::vector<OpId> after,
+                          bool background_cache_moves) {
+    g.terminal.clear();
+    OpId read = kNoOp, gather = kNoOp;
+    if (g.ssd_read.bytes > 0) {
+      TransferOp op = std::move(g.ssd_read);
+      op.kind = TransferKind::kSsdRead;
+      op.purpose = purpose;
+      op.request = rs.req->id;
+      op.layer = layer;
+      read = SubmitTransfer(rs, std::move(op), after, false);
+    }
+    if (g.gather.bytes > 0) {
+      TransferOp op = std::move(g.gather);
+      op.kind = TransferKind::kCpuGather;
+      op.purpose = purpose;
+      op.request = rs.req->id;
+      op.layer = layer;
+      gather = SubmitTransfer(rs, std::move(op), {read}, false);
+    }
+    if (g.h2d_from_ssd.bytes > 0) {
+      TransferOp op = std::move(g.h2d_from_ssd);
+      op.kind = TransferKind::kH2D;
+      op.purpose = purpose;
+      op.request = rs.req->id;
+      op.layer = layer;
+      g.terminal.push_back(SubmitTransfer(rs, std::move(op), {gather != kNoOp ? gather : read},
+                                          false));
+    }
+    if (g.h2d_from_cpu.bytes > 0) {
+      TransferOp op = std::move(g.h2d_from_cpu);
+      op.kind = TransferKind::kH2D;
+      op.purpose = purpose;
+      op.request = rs.req->id;
+      op.layer = layer;
+      std::vector<OpId> deps = after;
+      deps.insert(deps.end(), g.prefetch_deps.begin(), g.prefetch_deps.end());
+      g.terminal.push_back(SubmitTransfer(rs, std::move(op), deps, false));
+    } else {
+      g.terminal.insert(g.terminal.end(), g.prefetch_deps.begin(), g.prefetch_deps.end());
+    }
+    // Cache moves: demote first (frees GPU space), then promote the rest of the chunks.
+    OpId demote = kNoOp;
+    if (g.demote_bytes > 0) {
+      TransferOp op = MakeTransfer(TransferKind::kD2H, Purpose::kDemote, rs.req->id, layer);
+      op.bytes = g.demote_bytes;
+      op.chunks = std::move(g.demote_chunks);
+      demote = SubmitTransfer(rs, std::move(op), g.terminal, background_cache_moves);
+    }
+    if (g.promote_bytes > 0) {
+      TransferOp op = MakeTransfer(TransferKind::kH2D, Purpose::kPromote, rs.req->id, layer);
+      op.bytes = g.promote_bytes;
+      op.chunks = std::move(g.promote_chunks);
+      std::vector<OpId> deps = g.terminal;
+      deps.push_back(demote);
+      SubmitTransfer(rs, std::move(op), deps, background_cache_moves);
+    }
+    rs.rec.gpu_hit_chunks += g.gpu_hits;
+    rs.rec.cpu_hit_chunks += g.cpu_hits;
+    rs.rec.ssd_read_chunks += g.ssd_reads;
+  };
+
+  // Prefetches `kind` chunks of `layer` for `sel`; remembers where each came from.
+  auto prefetch = [&](int layer, KvKind kind, const Selection& sel, Purpose purpose) {
+    LoadGroup g;
+    IssueLoads(rs, layer, kind, sel, purpose, {}, &g, /*demand=*/false);
+    // Which terminal op brings each source's chunks.
+    OpId from_ssd_op = kNoOp, from_cpu_op = kNoOp;
+    const bool has_ssd = g.h2d_from_ssd.bytes > 0, has_cpu = g.h2d_from_cpu.bytes > 0;
+    submit_group(g, purpose, layer, {}, true);
+    std::size_t next = 0;
+    if (has_ssd) from_ssd_op = g.terminal[next++];
+    if (has_cpu) from_cpu_op = g.terminal[next++];
+    for (std::size_t i = 0; i < g.fetched.size(); ++i) {
+      const auto& [id, source] = g.fetched[i];
+      PrefetchEntry e;
+      e.source = source;
+      e.op = source == Source::kSsd ? from_ssd_op : source == Source::kCpu ? from_cpu_op : kNoOp;
+      e.all_rows = g.fetched_all[i];
+      e.rows = std::move(g.fetched_rows[i].second);
+      rs.prefetched[id] = std::move(e);
+      if (options_.log_chunk_decisions) {
+        log_->LogDecision({rs.req->id, layer, "prefetch", id.value, "", false});
+      }
+    }
+  };
+
+  for (int l = 0; l < L; ++l) {
+    LayerRecord lr;
+    lr.request_id = rs.req->id;
+    lr.layer = l;
+    rs.current.clear();
+    rs.current.swap(rs.prefetched);
+    lr.prefetched_chunks = std::int64_t(rs.current.size());
+    std::vector<OpId> gpu_ops;
+    std::vector<OpId> deps;  // what the layer's compute waits for
+    std::vector<ChunkId> used_chunks;
+    Selection sel;
+    // Without cross-layer overlap a layer's I/O starts only once the previous layer is done.
+    std::vector<OpId> io_after;
+    if (!overlap) io_after.push_back(prev_compute);
+
+    auto demand = [&](KvKind kind, const Selection& s, Purpose purpose) {
+      LoadGroup g;
+      IssueLoads(rs, l, kind, s, purpose, io_after, &g, /*demand=*/true);
+      submit_group(g, purpose, l, io_after, true);
+      deps.insert(deps.end(), g.terminal.begin(), g.terminal.end());
+      used_chunks.insert(used_chunks.end(), g.needed.begin(), g.needed.end());
+      lr.loaded_chunks += g.cpu_hits + g.ssd_reads;
+      lr.prefetch_used_chunks += g.prefetch_used;
+      return g.terminal;
+    };
+
+    bool run_h2o = sys.select == SelectPolicy::kH2o && !sys.itf;
+    if (sys.itf) {
+      ++rs.rec.itf_layers;
+      std::vector<OpId> probe_ready = demand(KvKind::kProbeKey, SelectAll(rs), Purpose::kProbe);
+      probe_ready.push_back(prev_compute);
+      ComputeOp op;
+      op.kind = ComputeKind::kProbeScores;
+      op.layer = l;
+      op.new_tokens = newtok;
+      op.context_tokens = rs.n;
+      op.heads = probes;
+      OpId score = SubmitCompute(rs, op, probe_ready, true);
+      gpu_ops.push_back(score);
+      deps.push_back(score);
+      if (Status st = executor_->Wait(score); !st.ok()) return st;
+      scores_->Scores(*rs.req, l, rs.n, probe_heads, &scores);
+      ItfDecision d = SelectItf(scores, probes, rs.n, sys.itf_options);
+      lr.itf_similarity = d.similarity;
+      lr.itf_threshold = d.threshold;
+      lr.itf_fallback = d.fallback;
+      log_->LogDecision({rs.req->id, l, "itf", 0,
+                         std::string(d.fallback ? "fallback" : "pass") + " s=" +
+                             Fixed(d.similarity) + " t=" + Fixed(d.threshold),
+                         false});
+      if (d.fallback) {
+        ++rs.rec.itf_fallback_layers;
+        run_h2o = true;
+      } else {
+        sel.kind = Selection::Kind::kShared;
+        sel.shared = std::move(d.voted);
+        demand(KvKind::kKey, sel, Purpose::kDemand);
+        demand(KvKind::kValue, sel, Purpose::kDemand);
+      }
+    }
+    if (run_h2o) {
+      std::vector<OpId> keys = demand(KvKind::kKey, SelectAll(rs), Purpose::kDemand);
+      keys.push_back(prev_compute);
+      ComputeOp op;
+      op.kind = ComputeKind::kFullScores;
+      op.layer = l;
+      op.new_tokens = newtok;
+      op.context_tokens = rs.n;
+      op.heads = model_.heads;
+      OpId score = SubmitCompute(rs, op, keys, true);
+      gpu_ops.push_back(score);
+      deps.push_back(score);
+      if (Status st = executor_->Wait(score); !st.ok()) return st;
+      scores_->Scores(*rs.req, l, rs.n, all_heads, &scores);
+      sel.kind = Selection::Kind::kPerHead;
+      sel.per_head = SelectPerHead(scores, model_.kv_heads, rs.n, k);
+      demand(KvKind::kValue, sel, Purpose::kDemand);
+    } else if (!sys.itf) {
+      sel = SelectAll(rs);
+      demand(KvKind::kKey, sel, Purpose::kDemand);
+      demand(KvKind::kValue, sel, Purpose::kDemand);
+    }
+
+    // Layer-aware prefetch for l+1, submitted before layer l's compute (SPEC §IV-C).
+    if (overlap && l + 1 < L) {
+      if (sys.itf) {
+        prefetch(l + 1, KvKind::kProbeKey, SelectAll(rs), Purpose::kPrefetch);
+        Selection predicted;
+        predicted.kind = Selection::Kind::kShared;
+        predicted.shared = PredictNextLayer(sel.shared, sel.per_head);
+        prefetch(l + 1, KvKind::kKey, predicted, Purpose::kPrefetch);
+        prefetch(l + 1, KvKind::kValue, predicted, Purpose::kPrefetch);
+      } else if (sys.select == SelectPolicy::kH2o) {
+        prefetch(l + 1, KvKind::kKey, SelectAll(rs), Purpose::kPrefetch);
+      } else {
+        prefetch(l + 1, KvKind::kKey, SelectAll(rs), Purpose::kPrefetch);
+        prefetch(l + 1, KvKind::kValue, SelectAll(rs), Purpose::kPrefetch);
+      }
+    }
+
+    // Importance of each reused token for the reorderer: the share of this layer's kept sets.
+    if (sel.kind == Selection::Kind::kShared) {
+      for (std::int32_t t : sel.shared) rs.kept_fraction[std::size_t(t)] += 1.0f;
+    } else if (sel.kind == Selection::Kind::kPerHead) {
+      const float w = 1.0f / float(std::max<std::size_t>(1, sel.per_head.size()));
+      for (const auto& head : sel.per_head) {
+        for (std::int32_t t : head) rs.kept_fraction[std::size_t(t)] += w;
+      }
+    } else {
+      for (auto& f : rs.kept_fraction) f += 1.0f;
+    }
+
+    lr.selected_tokens = std::llround(sel.Kept());
+    rs.rec.important_tokens += lr.selected_tokens;
+    ComputeOp op;
+    op.kind = ComputeKind::kLayerPrefill;
+    op.layer = l;
+    op.new_tokens = newtok;
+    op.context_tokens = std::llround(sel.Kept()) + newtok;
+    deps.push_back(prev_compute);
+    prev_compute = SubmitCompute(rs, op, deps, true);
+    gpu_ops.push_back(prev_compute);
+    rs.layer_compute[std::size_t(l)] = prev_compute;
+    rs.layer_gpu_ops[std::size_t(l)] = gpu_ops;
+    rs.layers.push_back(lr);
+    (void)used_chunks;
+  }
+  rs.prefetched.clear();
+  rs.current.clear();
+  return Status::OK();
+}
+
+// ---- Cake ---------------------------------------------------------------------------------------
+
+Status Pipeline::RunCake(RequestState& rs) {
+  const SystemOptions& sys = options_.system;
+  const std::int64_t C = sys.cake_chunk_tokens;
+  const std::int64_t m = (rs.n + C - 1) / C;
+  std::int64_t compute_next = 0;  // chunks [0, compute_next) computed or being computed
+  std::int64_t io_low = m;        // chunks [io_low, m) loaded or being loaded
+  OpId comp = kNoOp;
+  std::vector<OpId> loading;
+  OpId last_compute = kNoOp;
+  std::int64_t computed_chunks = 0, loaded_chunks = 0;
+
+  auto load_chunk = [&](std::int64_t c) {
+    Selection sel;
+    sel.kind = Selection::Kind::kAll;
+    sel.begin = c * C;
+    sel.end = std::min(rs.n, (c + 1) * C);
+    LoadGroup g;
+    for (int l = 0; l < model_.layers; ++l) {
+      IssueLoads(rs, l, KvKind::kKey, sel, Purpose::kCakeLoad, {}, &g, true);
+      IssueLoads(rs, l, KvKind::kValue, sel, Purpose::kCakeLoad, {}, &g, true);
+    }
+    // Submitted like any group; a chunk fully on the GPU needs nothing.
+    OpId read = kNoOp;
+    std::vector<OpId> terminal;
+    if (g.ssd_read.bytes > 0) {
+      TransferOp op = std::move(g.ssd_read);
+      op.kind = TransferKind::kSsdRead;
+      op.purpose = Purpose::kCakeLoad;
+      op.request = rs.req->id;
+      read = SubmitTransfer(rs, std::move(op), {}, false);
+      TransferOp h2d = std::move(g.h2d_from_ssd);
+      h2d.kind = TransferKind::kH2D;
+      h2d.purpose = Purpose::kCakeLoad;
+      h2d.request = rs.req->id;
+      terminal.push_back(SubmitTransfer(rs, std::move(h2d), {read}, false));
+    }
+    if (g.h2d_from_cpu.bytes > 0) {
+      TransferOp h2d = std::move(g.h2d_from_cpu);
+      h2d.kind = TransferKind::kH2D;
+      h2d.purpose = Purpose::kCakeLoad;
+      h2d.request = rs.req->id;
+      terminal.push_back(SubmitTransfer(rs, std::move(h2d), {}, false));
+    }
+    rs.rec.gpu_hit_chunks += g.gpu_hits;
+    rs.rec.cpu_hit_chunks += g.cpu_hits;
+    rs.rec.ssd_read_chunks += g.ssd_reads;
+    if (g.demote_bytes > 0) {
+      TransferOp op = MakeTransfer(TransferKind::kD2H, Purpose::kDemote, rs.req->id, -1);
+      op.bytes = g.demote_bytes;
+      SubmitTransfer(rs, std::move(op), terminal, true);
+    }
+    if (g.promote_bytes > 0) {
+      TransferOp op = MakeTransfer(TransferKind::kH2D, Purpose::kPromote, rs.req->id, -1);
+      op.bytes = g.promote_bytes;
+      SubmitTransfer(rs, std::move(op), terminal, true);
+    }
+    return terminal;
+  };
+
+  while (true) {
+    if (comp == kNoOp && compute_next < io_low) {
+      ComputeOp op;
+      op.kind = ComputeKind::kChunkPrefill;
+      op.new_tokens = std::min(rs.n, (compute_next + 1) * C) - compute_next * C;
+      op.context_tokens = std::min(rs.n, (compute_next + 1) * C);
+      comp = SubmitCompute(rs, op, {last_compute}, true);
+      last_compute = comp;
+      ++compute_next;
+      ++computed_chunks;
+    }
+    if (loading.empty() && io_low - 1 >= compute_next) {
+      --io_low;
+      ++loaded_chunks;
+      loading = load_chunk(io_low);
+      log_->LogDecision({rs.req->id, -1, "cake_load", 0, "chunk " + std::to_string(io_low), false});
+      if (loading.empty()) continue;  // everything was on the GPU already
+    }
+    if (comp == kNoOp && loading.empty()) break;
+    std::vector<OpId> waiting;
+    if (comp != kNoOp) waiting.push_back(comp);
+    waiting.insert(waiting.end(), loading.begin(), loading.end());
+    std::size_t idx = executor_->WaitAny(waiting);
+    if (comp != kNoOp && idx == 0) {
+      comp = kNoOp;
+    } else {
+      loading.erase(std::find(loading.begin(), loading.end(), waiting[idx]));
+    }
+  }
+  log_->LogDecision({rs.req->id, -1, "cake_meet", 0,
+                     "computed " + std::to_string(computed_chunks) + " loaded " +
+                         std::to_string(loaded_chunks) + " of " + std::to_string(m),
+                     false});
+  rs.rec.important_tokens = rs.n * model_.layers;
+  // NR and the query, all layers, attending to the whole prefix.
+  ComputeOp op;
+  op.kind = ComputeKind::kChunkPrefill;
+  op.new_tokens = rs.nr + rs.q;
+  op.context_tokens = rs.n + rs.nr + rs.q;
+  std::vector<OpId> after = {last_compute};
+  OpId tail = SubmitCompute(rs, op, after, true);
+  rs.layer_compute.assign(std::size_t(model_.layers), kNoOp);
+  rs.layer_compute.back() = tail;
+  rs.layer_gpu_ops.assign(std::size_t(model_.layers), {});
+  return Status::OK();
+}
+
+Status Pipeline::RunRecompute(RequestState& rs) {
+  OpId prev = kNoOp;
+  const std::int64_t all = rs.req->prefix_tokens() + rs.q;
+  for (int l = 0; l < model_.layers; ++l) {
+    ComputeOp op;
+    op.kind = ComputeKind::kLayerPrefill;
+    op.layer = l;
+    op.new_tokens = all;
+    op.context_tokens = all;
+    prev = SubmitCompute(rs, op, {prev}, true);
+    rs.layer_compute[std::size_t(l)] = prev;
+    rs.layer_gpu_ops[std::size_t(l)] = {prev};
+    LayerRecord lr;
+    lr.request_id = rs.req->id;
+    lr.layer = l;
+    rs.layers.push_back(lr);
+  }
+  return Status::OK();
+}
+
+// ---- store, reorder, background -----------------------------------------------------------------
+
+void Pipeline::StoreNewPrefix(RequestState& rs, OpId after) {
+  const SystemOptions& sys = options_.system;
+  if (!sys.reuse || rs.nr <= 0) return;
+  const std::uint32_t segment = tree_->Insert(rs.req->prefix, rs.match);
+  if (segment == 0) return;
+  if (!sys.store_new) return;
+  const Segment* seg = tree_->FindSegment(segment);
+  Bytes bytes = 0;
+  std::vector<ChunkIo> chunks;
+  const bool probe = sys.itf;
+  for (int l = 0; l < model_.layers; ++l) {
+    for (std::uint32_t c = 0; c < seg->num_chunks; ++c) {
+      for (KvKind kind : {KvKind::kKey, KvKind::kValue, KvKind::kProbeKey}) {
+        if (kind == KvKind::kProbeKey && !probe) continue;
+        const Bytes b = ChunkBytes(*seg, c, kind);
+        bytes += b;
+        if (options_.chunk_detail) chunks.push_back({ChunkId::Make(segment, kind, l, c), b, {}});
+      }
+    }
+  }
+  const std::uint32_t ios = seg->num_chunks * std::uint32_t(model_.layers) * (probe ? 3 : 2);
+  TransferOp d2h = MakeTransfer(TransferKind::kD2H, Purpose::kStore, rs.req->id, -1);
+  d2h.bytes = bytes;
+  d2h.ios = 1;
+  OpId copied = SubmitTransfer(rs, std::move(d2h), {after}, true);
+  TransferOp write = MakeTransfer(TransferKind::kSsdWrite, Purpose::kStore, rs.req->id, -1);
+  write.bytes = bytes;
+  write.ios = ios;
+  write.chunks = std::move(chunks);
+  SubmitTransfer(rs, std::move(write), {copied}, true);
+  log_->LogDecision({rs.req->id, -1, "store", 0,
+                     "segment " + std::to_string(segment) + " tokens " + std::to_string(rs.nr),
+                     false});
+}
+
+void Pipeline::MaybeReorder(RequestId request) {
+  const SystemOptions& sys = options_.system;
+  if (!sys.reorder) return;
+  const Seconds now = executor_->Now();
+  if (!reorder_started_) {
+    reorder_started_ = true;
+    last_reorder_s_ = now;
+    return;
+  }
+  if (now - last_reorder_s_ < sys.reorder_interval) return;
+  last_reorder_s_ = now;
+  ++totals_.reorder_passes;
+  RequestState rs;
+  Request dummy;
+  dummy.id = request;
+  rs.req = &dummy;
+  std::vector<CacheMove> moves;
+  for (std::uint32_t old_id : reorderer_->Due(*tree_)) {
+    const Segment* old = tree_->FindSegment(old_id);
+    Bytes bytes = 0;
+    for (int l = 0; l < model_.layers; ++l) {
+      for (std::uint32_t c = 0; c < old->num_chunks; ++c) {
+        for (KvKind kind : {KvKind::kKey, KvKind::kValue, KvKind::kProbeKey}) {
+          const ChunkId id = ChunkId::Make(old_id, kind, l, c);
+          bytes += ChunkBytes(*old, c, kind);
+          moves.clear();
+          cache_->Erase(id, &moves);
+          for (const CacheMove& m : moves) executor_->OnEvicted(m.from, m.chunk);
+        }
+      }
+    }
+    std::vector<float> importance(reorderer_->MeanImportance(old_id).begin(),
+                                  reorderer_->MeanImportance(old_id).end());
+    const std::uint32_t new_id = tree_->Repack(old_id, importance);
+    reorderer_->Repacked(old_id, new_id);
+    ++totals_.repacked_segments;
+    TransferOp read = MakeTransfer(TransferKind::kSsdRead, Purpose::kReorder, request, -1);
+    read.bytes = bytes;
+    OpId r = SubmitTransfer(rs, std::move(read), {}, true);
+    TransferOp write = MakeTransfer(TransferKind::kSsdWrite, Purpose::kReorder, request, -1);
+    write.bytes = bytes;
+    SubmitTransfer(rs, std::move(write), {r}, true);
+    log_->LogDecision({request, -1, "reorder", 0,
+                       "segment " + std::to_string(old_id) + " -> " + std::to_string(new_id),
+                       false});
+  }
+}
+
+void Pipeline::RetireBackground(bool wait_all) {
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < background_.size(); ++i) {
+    Background& b = background_[i];
+    if (wait_all) executor_->Wait(b.op);
+    if (wait_all || executor_->Done(b.op)) {
+      OpTimes t = executor_->Retire(b.op);
+      b.record.submit_s = t.submit_s;
+      b.record.start_s = t.start_s;
+      b.record.end_s = t.end_s;
+      log_->LogTransfer(b.record);
+    } else {
+      background_[kept++] = std::move(b);
+    }
+  }
+  background_.resize(kept);
+}
+
+// ---- Run -----------------------------------------------------------------------------------------
+
+Status Pipeline::Run(const Request& request, bool warmup) {
+  RetireBackground(false);
+  MaybeReorder(request.id);
+  const SystemOptions& sys = options_.system;
+  RequestState rs;
+  rs.req = &request;
+  rs.warmup = warmup;
+  rs.rec.request_id = request.id;
+  rs.rec.arrival_s = request.arrival_s;
+  rs.rec.start_s = executor_->Now();
+  rs.rec.prefix_tokens = request.prefix_tokens();
+  rs.rec.query_tokens = request.query_tokens;
+  rs.rec.warmup = warmup;
+  rs.q = request.query_tokens;
+  if (tree_->tokens_per_symbol() != request.tokens_per_symbol) {
+    tree_ = std::make_unique<RadixTree>(request.tokens_per_symbol, sys.chunk_tokens);
+  }
+  if (sys.reuse) rs.match = tree_->Lookup(request.prefix);
+  rs.n = rs.match.reused_tokens;
+  rs.nr = request.prefix_tokens() - rs.n;
+  rs.rec.reused_tokens = rs.n;
+  rs.layer_compute.assign(std::size_t(model_.layers), kNoOp);
+  rs.layer_gpu_ops.assign(std::size_t(model_.layers), {});
+  rs.kept_fraction.assign(std::size_t(rs.n), 0.0f);
+
+  Status st;
+  if (!sys.reuse || rs.n == 0) {
+    st = RunRecompute(rs);
+  } else {
+    BuildChunkMap(rs);
+    st = sys.prefetch == PrefetchMode::kCake ? RunCake(rs) : RunLayers(rs);
+  }
+  OpId last = kNoOp;
+  for (auto it = rs.layer_compute.rbegin(); it != rs.layer_compute.rend(); ++it) {
+    if (*it != kNoOp) {
+      last = *it;
+      break;
+    }
+  }
+  ComputeOp out;
+  out.kind = ComputeKind::kOutputLayer;
+  out.new_tokens = 1;
+  out.context_tokens = 1;
+  OpId output = SubmitCompute(rs, out, {last}, true);
+  if (st.ok()) st = executor_->Wait(output);
+  rs.rec.end_s = executor_->Now();
+
+  if (st.ok()) {
+    StoreNewPrefix(rs, output);
+    // Reorderer statistics: share of layers that kept each reused token.
+    if (sys.reorder && rs.n > 0) {
+      const float inv = 1.0f / float(model_.layers);
+      for (auto& f : rs.kept_fraction) f *= inv;
+      for (const MatchPiece& piece : rs.match.pieces) {
+        const Segment* seg = tree_->FindSegment(piece.segment);
+        if (seg == nullptr) continue;
+        reorderer_->Record(piece.segment, seg->tokens, piece.segment_begin,
+                           std::span<const float>(rs.kept_fraction)
+                               .subspan(std::size_t(piece.prefix_begin),
+                                        std::size_t(piece.prefix_end - piece.prefix_begin)));
+      }
+    }
+  }
+
+  // Retire the foreground ops: transfers are logged; GPU busy time gives the exposed I/O.
+  Seconds gpu_busy = 0;
+  std::unordered_map<OpId, OpTimes> times;
+  for (const auto& o : rs.ops) {
+    if (!executor_->Done(o.op)) executor_->Wait(o.op);
+    OpTimes t = executor_->Retire(o.op);
+    times[o.op] = t;
+    if (o.is_transfer) {
+      TransferRecord tr = o.transfer;
+      tr.submit_s = t.submit_s;
+      tr.start_s = t.start_s;
+      tr.end_s = t.end_s;
+      log_->LogTransfer(tr);
+    } else if (o.gpu) {
+      gpu_busy += t.end_s - t.start_s;
+    }
+  }
+  Seconds prev_end = rs.rec.start_s;
+  for (LayerRecord& lr : rs.layers) {
+    const OpId c = rs.layer_compute[std::size_t(lr.layer)];
+    if (c == kNoOp) continue;
+    const OpTimes& t = times[c];
+    Seconds busy = 0;
+    for (OpId g : rs.layer_gpu_ops[std::size_t(lr.layer)]) busy += times[g].end_s - times[g].start_s;
+    lr.start_s = t.start_s;
+    lr.end_s = t.end_s;
+    lr.stall_s = std::max(0.0, (t.end_s - prev_end) - busy);
+    prev_end = t.end_s;
+    log_->LogLayer(lr);
+  }
+  rs.rec.ttft_s = rs.rec.end_s - rs.rec.start_s;
+  rs.rec.ttft_arrival_s = rs.rec.end_s - rs.rec.arrival_s;
+  rs.rec.io_stall_s = std::max(0.0, rs.rec.ttft_s - gpu_busy);
+  if (!st.ok()) rs.rec.status = st.ToString();
+  log_->LogRequest(rs.rec);
+  log_->Flush();
+
+  if (!warmup) {
+    ++totals_.requests;
+    totals_.gpu_hit_chunks += rs.rec.gpu_hit_chunks;
+    totals_.cpu_hit_chunks += rs.rec.cpu_hit_chunks;
+    totals_.ssd_read_chunks += rs.rec.ssd_read_chunks;
+    totals_.itf_layers += rs.rec.itf_layers;
+    totals_.itf_fallback_layers += rs.rec.itf_fallback_layers;
+    totals_.ssd_read_bytes += rs.rec.ssd_read_bytes;
+    totals_.pcie_h2d_bytes += rs.rec.pcie_h2d_bytes;
+    for (const LayerRecord& lr : rs.layers) {
+      totals_.prefetched_chunks += lr.prefetched_chunks;
+      totals_.prefetch_used_chunks += lr.prefetch_used_chunks;
+    }
+  }
+  return st;
+}
+
+void Pipeline::Prewarm(const Request& request) {
+  const SystemOptions& sys = options_.system;
+  if (!sys.reuse) return;
+  if (tree_->tokens_per_symbol() != request.tokens_per_symbol) {
+    tree_ = std::make_unique<RadixTree>(request.tokens_per_symbol, sys.chunk_tokens);
+  }
+  Match match = tree_->Lookup(request.prefix);
+  std::uint32_t segment = tree_->Insert(request.prefix, match);
+  if (segment == 0) return;
+  const Segment* seg = tree_->FindSegment(segment);
+  std::vector<CacheMove> moves;
+  for (int l = 0; l < model_.layers; ++l) {
+    for (std::uint32_t c = 0; c < seg->num_chunks; ++c) {
+      for (KvKind kind : {KvKind::kProbeKey, KvKind::kKey, KvKind::kValue}) {
+        if (kind == KvKind::kProbeKey && !sys.itf) continue;
+        const ChunkId id = ChunkId::Make(segment, kind, l, c);
+        const Bytes b = ChunkBytes(*seg, c, kind);
+        moves.clear();
+        if (!cache_->Insert(id, b, Tier::kGpu, &moves)) cache_->Insert(id, b, Tier::kCpu, &moves);
+        for (const CacheMove& m : moves) {
+          if (m.to != Tier::kSsd) executor_->OnResident(m.to, m.chunk);
+          if (m.from != Tier::kSsd) executor_->OnEvicted(m.from, m.chunk);
+        }
+      }
+    }
+  }
+}
+
+void Pipeline::Finish() {
+  RetireBackground(true);
+  const PipelineTotals& t = totals_;
+  const double accesses = double(t.gpu_hit_chunks + t.cpu_hit_chunks + t.ssd_read_chunks);
+  log_->LogMetric("requests", double(t.requests));
+  log_->LogMetric("gpu_hit_ratio", accesses > 0 ? double(t.gpu_hit_chunks) / accesses : 0);
+  log_->LogMetric("cpu_hit_ratio", accesses > 0 ? double(t.cpu_hit_chunks) / accesses : 0);
+  log_->LogMetric("itf_fallback_rate",
+                  t.itf_layers > 0 ? double(t.itf_fallback_layers) / double(t.itf_layers) : 0);
+  log_->LogMetric("prefetch_used_ratio", t.prefetched_chunks > 0
+                                             ? double(t.prefetch_used_chunks) /
+                                                   double(t.prefetched_chunks)
+                                             : 0);
+  log_->LogMetric("ssd_read_bytes", double(t.ssd_read_bytes));
+  log_->LogMetric("pcie_h2d_bytes", double(t.pcie_h2d_bytes));
+  log_->LogMetric("reorder_passes", double(t.reorder_passes));
+  log_->LogMetric("repacked_segments", double(t.repacked_segments));
+  log_->Flush();
+}
+
+}  // namespace kvtier

@@ -1,0 +1,138 @@
+#pragma once
+// Pipeline: runs one request at a time through a system's policies, layer by layer, asking an
+// Executor to move and compute and a ScoreSource for importance, and reports everything to a
+// RunLog. It is the one driver both modes run (sim: inside a SimGrid actor; hw: on a host
+// thread; tests: over FakeExecutor). Policies decide; the Executor says when.
+//
+// Per request (SPEC §IV-A "Dataflow", generalised by the system switches):
+//   radix lookup -> reusable R (n tokens), new prefix tokens NR, query tokens Q
+//   reuse.enabled = false (recomp): every layer computes the whole prefix and the query.
+//   prefetch.mode = cake: Cake's bidirectional loop (GPU computes R's chunks front to back while
+//       I/O loads them back to front until they meet), then NR + Q.
+//   otherwise, for each layer l:
+//     ITF (itf.enabled): load the probe heads' key chunks of R; score them (GPU); similarity vs
+//         t = j^alpha -> the voted set S_l, or fallback to the H2O path for this layer;
+//     H2O (select.policy = h2o or fallback): load every head's key chunks of R; score; per-head
+//         top-k sets; load their value rows;
+//     all (select.policy = all): load every K and V chunk of R;
+//     loads come from the GPU cache (hit), the CPU cache (H2D of the needed rows), or the SSD
+//         (read the chunk into CPU memory, gather the needed rows, H2D); each use is a cache
+//         access, whose promotions/demotions become background transfers;
+//     prefetch.mode = layer: while layer l computes, load what layer l+1 is predicted to need
+//         (AS: everything; H2O: all keys; ITF: probe keys and layer l's set, SPEC §IV-C);
+//         misses are loaded once layer l+1's set is known;
+//     compute layer l: NR + Q attending to the kept prefix rows, NR and Q.
+//   output layer; write NR's KV to the SSD and insert NR into the radix tree (background);
+//   reorder.enabled: every reorder.interval, repack the segments whose importance order
+//       changed (background SSD reads + writes).
+//
+// Not thread-safe; one Pipeline per executor. Decisions depend only on the request sequence,
+// the trace's importance and the config, never on timing, so every executor makes the same
+// decisions for the same inputs.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/executor.h"
+#include "core/model_spec.h"
+#include "core/options.h"
+#include "core/radix_tree.h"
+#include "core/reorderer.h"
+#include "core/request.h"
+#include "core/run_log.h"
+#include "core/score_source.h"
+#include "core/status.h"
+#include "core/tiered_cache.h"
+
+namespace kvtier {
+
+struct PipelineOptions {
+  SystemOptions system;
+  // Log every cache move and prefetch as a decision row (parity tests, small runs). Off, only
+  // per-layer decisions (ITF) and per-request summaries are logged.
+  bool log_chunk_decisions = true;
+  // Fill ChunkIo::rows of transfers (executors that move real bytes need them).
+  bool chunk_detail = true;
+};
+
+// Running totals over all measured (non-warm-up) requests.
+struct PipelineTotals {
+  std::int64_t requests = 0;
+  std::int64_t gpu_hit_chunks = 0;
+  std::int64_t cpu_hit_chunks = 0;
+  std::int64_t ssd_read_chunks = 0;
+  std::int64_t itf_layers = 0;
+  std::int64_t itf_fallback_layers = 0;
+  std::int64_t prefetched_chunks = 0;
+  std::int64_t prefetch_used_chunks = 0;
+  std::int64_t reorder_passes = 0;
+  std::int64_t repacked_segments = 0;
+  Bytes ssd_read_bytes = 0;
+  Bytes pcie_h2d_bytes = 0;
+};
+
+class Pipeline {
+ public:
+  // The executor, score source and log must outlive the pipeline. Throws ConfigError if the
+  // options name an unknown cache policy.
+  Pipeline(const ModelSpec& model, const PipelineOptions& options, Executor* executor,
+           ScoreSource* scores, RunLog* log);
+  ~Pipeline();
+
+  // Serves `request` starting now (the caller has handled arrival and queueing). Logs its
+  // request, layer, transfer and decision rows; `warmup` marks them excluded from statistics.
+  // Returns the first executor error, if any (the request is then logged with that status).
+  Status Run(const Request& request, bool warmup = false);
+
+  // Stores `request`'s prefix and places its chunks in the caches (GPU first, then CPU) without
+  // moving data or logging transfers: the paper's pre-warmed caches (§VI-B).
+  void Prewarm(const Request& request);
+
+  // Waits for background work (stores, promotions, repacks), logs it and the run's metrics.
+  void Finish();
+
+  const TieredCache& cache() const { return *cache_; }
+  const RadixTree& tree() const { return *tree_; }
+  const PipelineTotals& totals() const { return totals_; }
+
+ private:
+  struct RequestState;
+  struct Selection;
+  struct LoadGroup;
+
+  Status RunRecompute(RequestState& rs);
+  Status RunLayers(RequestState& rs);
+  Status RunCake(RequestState& rs);
+  void BuildChunkMap(RequestState& rs);
+  Selection SelectAll(const RequestState& rs) const;
+  void IssueLoads(RequestState& rs, int layer, KvKind kind, const Selection& sel,
+                  Purpose purpose, std::span<const OpId> after, LoadGroup* group,
+                  bool demand);
+  OpId SubmitCompute(RequestState& rs, ComputeOp op, std::vector<OpId> after, bool gpu);
+  OpId SubmitTransfer(RequestState& rs, TransferOp op, std::vector<OpId> after,
+                      bool background);
+  void StoreNewPrefix(RequestState& rs, OpId after);
+  void MaybeReorder(RequestId request);
+  void RetireBackground(bool wait_all);
+  Bytes ChunkBytes(const Segment& seg, std::uint32_t chunk, KvKind kind) const;
+
+  ModelSpec model_;
+  PipelineOptions options_;
+  Executor* executor_;
+  ScoreSource* scores_;
+  RunLog* log_;
+  std::unique_ptr<TieredCache> cache_;
+  std::unique_ptr<RadixTree> tree_;
+  std::unique_ptr<Reorderer> reorderer_;
+  Seconds last_reorder_s_ = 0;
+  bool reorder_started_ = false;
+  struct Background {
+    OpId op;
+    TransferRecord record;
+  };
+  std::vector<Background> background_;
+  PipelineTotals totals_;
+};
+
+}  // namespace kvtier
