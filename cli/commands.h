@@ -20,5 +20,7 @@ struct Command {
 // The table in main.cc; exposed so `kvtier help` and tests can list it.
 const std::vector<Command>& AllCommands();
 
+int RunConfig(const Args& args);  // cli/cmd_config.cc
+int RunModel(const Args& args);   // cli/cmd_model.cc
 
 }  // namespace kvtier::cli

@@ -12,6 +12,8 @@ namespace kvtier::cli {
 
 const std::vector<Command>& AllCommands() {
   static const std::vector<Command> kCommands = {
+      {"config", "print the resolved, validated configuration (or --keys, --check)", RunConfig},
+      {"model", "a model's KV sizes and prefix recompute vs load times", RunModel},
   };
   return kCommands;
 }
