@@ -1,0 +1,150 @@
+// CPU references against naive, independently written loops (double accumulation).
+#include "kernels/reference.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace kvtier::kernels {
+namespace {
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// Naive: probability of kv token j for query (i, h), in double.
+double NaiveProb(const AttentionShape& s, const std::vector<float>& q, const std::vector<float>& k,
+                 int i, int h, int j) {
+  const int kvh = h / (s.heads / s.kv_heads);
+  std::vector<double> logits(s.kv_tokens);
+  for (int t = 0; t < s.kv_tokens; ++t) {
+    double dot = 0;
+    for (int d = 0; d < s.head_dim; ++d) {
+      dot += double(q[(i * s.heads + h) * s.head_dim + d]) * k[(t * s.kv_heads + kvh) * s.head_dim + d];
+    }
+    logits[t] = dot / std::sqrt(double(s.head_dim));
+  }
+  double mx = logits[0], sum = 0;
+  for (double l : logits) mx = std::max(mx, l);
+  for (double l : logits) sum += std::exp(l - mx);
+  return std::exp(logits[j] - mx) / sum;
+}
+
+const AttentionShape kShape{5, 8, 2, 16, 37};  // GQA group 4
+
+TEST(ReferenceKernels, ProbeScoresAndH2OColumnSumsMatchNaive) {
+  const AttentionShape s = kShape;
+  auto q = Random(s.q_floats(), 1), k = Random(s.kv_floats(), 2);
+  std::vector<float> probs(s.prob_floats(), NAN), colsum(s.colsum_floats(), NAN);
+  ASSERT_TRUE(ProbeScoresRef(s, q.data(), k.data(), probs.data(), colsum.data()).ok());
+  for (int h = 0; h < s.heads; ++h) {
+    for (int i = 0; i < s.q_tokens; ++i) {
+      double row = 0;
+      for (int j = 0; j < s.kv_tokens; ++j) {
+        const float p = probs[(h * s.q_tokens + i) * s.kv_tokens + j];
+        EXPECT_NEAR(p, NaiveProb(s, q, k, i, h, j), 1e-5);
+        row += p;
+      }
+      EXPECT_NEAR(row, 1.0, 1e-5);
+    }
+  }
+  for (int kvh = 0; kvh < s.kv_heads; ++kvh) {
+    for (int j = 0; j < s.kv_tokens; ++j) {
+      double want = 0;
+      for (int h = kvh * 4; h < kvh * 4 + 4; ++h) {
+        for (int i = 0; i < s.q_tokens; ++i) want += NaiveProb(s, q, k, i, h, j);
+      }
+      EXPECT_NEAR(colsum[kvh * s.kv_tokens + j], want, 1e-4);
+    }
+  }
+  // Column sums alone (no probs buffer) give the same values.
+  std::vector<float> colsum2(s.colsum_floats(), NAN);
+  ASSERT_TRUE(ProbeScoresRef(s, q.data(), k.data(), nullptr, colsum2.data()).ok());
+  EXPECT_EQ(colsum, colsum2);
+}
+
+TEST(ReferenceKernels, TopKBreaksTiesByLowerIndexAndPutsNaNLast) {
+  const TopKShape s{2, 6, 4};
+  const float scores[] = {1, 3, 3, NAN, 2, 3,  // row 0
+                          -INFINITY, NAN, 0, 0, NAN, -1};
+  std::vector<int32_t> idx(8, -7);
+  ASSERT_TRUE(TopKRef(s, scores, idx.data()).ok());
+  EXPECT_EQ(idx, (std::vector<int32_t>{1, 2, 5, 4, 2, 3, 5, 0}));
+  EXPECT_EQ(TopKRef({1, 3, 4}, scores, idx.data()).code(), Status::Code::kInvalidArgument);
+}
+
+TEST(ReferenceKernels, TopKMatchesFullSortOnRandomRows) {
+  const TopKShape s{7, 300, 25};
+  auto scores = Random(s.rows * s.cols, 3);
+  for (int i = 0; i < 50; ++i) scores[i * 13] = scores[i * 13 + 1];  // some ties
+  std::vector<int32_t> idx(s.rows * s.k);
+  ASSERT_TRUE(TopKRef(s, scores.data(), idx.data()).ok());
+  for (int r = 0; r < s.rows; ++r) {
+    std::vector<std::pair<float, int>> all;
+    for (int c = 0; c < s.cols; ++c) all.push_back({-scores[r * s.cols + c], c});
+    std::sort(all.begin(), all.end());
+    for (int t = 0; t < s.k; ++t) EXPECT_EQ(idx[r * s.k + t], all[t].second);
+  }
+}
+
+TEST(ReferenceKernels, GatherCopiesSelectedRowsAcrossChunks) {
+  const ChunkedKvLayout l{4, 6, 3};
+  std::vector<std::vector<float>> chunks(3);
+  std::vector<const float*> ptrs;
+  for (int c = 0; c < 3; ++c) {
+    chunks[c] = Random(4 * 6, 10 + c);
+    ptrs.push_back(chunks[c].data());
+  }
+  const int32_t tokens[] = {11, 0, 5, 5, 8};
+  std::vector<float> out(5 * 6, NAN);
+  ASSERT_TRUE(GatherRowsRef(l, ptrs.data(), tokens, 5, out.data()).ok());
+  for (int i = 0; i < 5; ++i) {
+    for (int f = 0; f < 6; ++f) EXPECT_EQ(out[i * 6 + f], chunks[tokens[i] / 4][(tokens[i] % 4) * 6 + f]);
+  }
+  const int32_t bad[] = {12};
+  EXPECT_EQ(GatherRowsRef(l, ptrs.data(), bad, 1, out.data()).code(), Status::Code::kInvalidArgument);
+}
+
+TEST(ReferenceKernels, AttentionOverKeptKvMatchesNaive) {
+  const AttentionShape s = kShape;
+  auto q = Random(s.q_floats(), 4), k = Random(s.kv_floats(), 5), v = Random(s.kv_floats(), 6);
+  std::vector<float> out(s.q_floats(), NAN);
+  ASSERT_TRUE(AttentionRef(s, q.data(), k.data(), v.data(), out.data()).ok());
+  for (int i = 0; i < s.q_tokens; ++i) {
+    for (int h = 0; h < s.heads; ++h) {
+      for (int d = 0; d < s.head_dim; ++d) {
+        double want = 0;
+        for (int j = 0; j < s.kv_tokens; ++j) {
+          want += NaiveProb(s, q, k, i, h, j) * v[(j * s.kv_heads + h / 4) * s.head_dim + d];
+        }
+        EXPECT_NEAR(out[(i * s.heads + h) * s.head_dim + d], want, 1e-5);
+      }
+    }
+  }
+}
+
+TEST(ReferenceKernels, GemmMatchesNaiveBothLayouts) {
+  const int m = 3, n = 5, kk = 7;
+  auto a = Random(m * kk, 7), b = Random(kk * n, 8);
+  std::vector<float> c(m * n), bt(n * kk), c2(m * n);
+  for (int p = 0; p < kk; ++p) for (int j = 0; j < n; ++j) bt[j * kk + p] = b[p * n + j];
+  ASSERT_TRUE(GemmRef(m, n, kk, a.data(), b.data(), false, c.data()).ok());
+  ASSERT_TRUE(GemmRef(m, n, kk, a.data(), bt.data(), true, c2.data()).ok());
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      double want = 0;
+      for (int p = 0; p < kk; ++p) want += double(a[i * kk + p]) * b[p * n + j];
+      EXPECT_NEAR(c[i * n + j], want, 1e-5);
+      EXPECT_EQ(c[i * n + j], c2[i * n + j]);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvtier::kernels
