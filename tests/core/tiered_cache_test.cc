@@ -1,0 +1,326 @@
+// Unit tests of TieredCache's access rules (SPEC §IV-D2) and of the paper's Fig. 14 example.
+#include "core/tiered_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace kvtier {
+
+// Readable CacheMoves in failure messages (found by ADL, so outside the anonymous namespace).
+void PrintTo(const CacheMove& m, std::ostream* os) {
+  *os << "{seg " << m.chunk.segment() << " " << TierName(m.from) << "->" << TierName(m.to)
+      << " " << m.bytes << "B}";
+}
+
+namespace {
+
+ChunkId C(std::uint32_t segment) { return ChunkId::Make(segment, KvKind::kKey, 0, 0); }
+
+CacheMove M(std::uint32_t segment, Tier from, Tier to, Bytes bytes) {
+  return CacheMove{C(segment), from, to, bytes};
+}
+
+TieredCache MakeCache(const char* policy, Bytes gpu, Bytes cpu) {
+  return TieredCache(NewCachePolicy(policy, "test"), TieredCacheOptions{gpu, cpu, 0.8});
+}
+
+TEST(TieredCacheTest, SsdChunkTakesFreeGpuRoom) {
+  TieredCache cache = MakeCache("lfu", 100, 100);
+  std::vector<CacheMove> moves;
+  cache.Access(C(1), 60, 0.5, &moves);
+  EXPECT_EQ(moves, (std::vector<CacheMove>{M(1, Tier::kSsd, Tier::kGpu, 60)}));
+  EXPECT_EQ(cache.Where(C(1)), Tier::kGpu);
+  EXPECT_EQ(cache.used(Tier::kGpu), 60u);
+  EXPECT_EQ(cache.resident_chunks(Tier::kGpu), 1u);
+  // A hit in the GPU stays there and moves nothing.
+  moves.clear();
+  cache.Access(C(1), 60, 0.5, &moves);
+  EXPECT_TRUE(moves.empty());
+  EXPECT_EQ(cache.Where(C(1)), Tier::kGpu);
+}
+
+TEST(TieredCacheTest, AccessAppendsWithoutClearing) {
+  TieredCache cache = MakeCache("lru", 100, 100);
+  std::vector<CacheMove> moves{M(9, Tier::kCpu, Tier::kSsd, 1)};
+  cache.Access(C(1), 10, 1.0, &moves);
+  ASSERT_EQ(moves.size(), 2u);
+  EXPECT_EQ(moves[0], M(9, Tier::kCpu, Tier::kSsd, 1));
+}
+
+TEST(TieredCacheTest, StatisticsCountTicksAndMovingAverage) {
+  TieredCache cache = MakeCache("score", 100, 100);
+  std::vector<CacheMove> moves;
+  EXPECT_EQ(cache.Stats(C(1)), nullptr);
+  cache.Access(C(1), 10, 1.0, &moves);  // first access: ema = ratio
+  cache.Access(C(2), 10, 0.5, &moves);
+  cache.Access(C(1), 10, 0.0, &moves);  // 0.8 * 1.0 + 0.2 * 0.0
+  const ChunkStats* s = cache.Stats(C(1));
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->frequency, 2u);
+  EXPECT_EQ(s->last_access, 3u);
+  EXPECT_DOUBLE_EQ(s->important_ratio, 0.8);
+  cache.Access(C(1), 10, 0.5, &moves);  // 0.8 * 0.8 + 0.2 * 0.5
+  EXPECT_DOUBLE_EQ(cache.Stats(C(1))->important_ratio, 0.74);
+  EXPECT_EQ(cache.Stats(C(2))->last_access, 2u);
+}
+
+TEST(TieredCacheTest, ConstantRatioStaysExactlyConstant) {
+  TieredCache cache = MakeCache("score", 100, 100);
+  std::vector<CacheMove> moves;
+  for (int i = 0; i < 50; ++i) cache.Access(C(1), 10, 0.5, &moves);
+  EXPECT_EQ(cache.Stats(C(1))->important_ratio, 0.5);
+  EXPECT_EQ(cache.policy().Priority(*cache.Stats(C(1))), 25.0);
+}
+
+TEST(TieredCacheTest, GpuVictimIsDemotedToCpuBeforeTheNewcomerEnters) {
+  TieredCache cache = MakeCache("lru", 100, 100);
+  std::vector<CacheMove> moves;
+  cache.Access(C(1), 60, 1.0, &moves);
+  moves.clear();
+  cache.Access(C(2), 60, 1.0, &moves);
+  EXPECT_EQ(moves, (std::vector<CacheMove>{M(1, Tier::kGpu, Tier::kCpu, 60),
+                                           M(2, Tier::kSsd, Tier::kGpu, 60)}));
+  EXPECT_EQ(cache.Where(C(1)), Tier::kCpu);
+  EXPECT_EQ(cache.Where(C(2)), Tier::kGpu);
+}
+
+TEST(TieredCacheTest, CpuPromotionIsASwap) {
+  // The CPU holds exactly one chunk: the GPU victim fits only because the promoted chunk left.
+  TieredCache cache = MakeCache("lru", 60, 60);
+  std::vector<CacheMove> moves;
+  cache.Access(C(1), 60, 1.0, &moves);
+  cache.Access(C(2), 60, 1.0, &moves);  // 1 -> CPU, 2 -> GPU
+  moves.clear();
+  cache.Access(C(1), 60, 1.0, &moves);
+  EXPECT_EQ(moves, (std::vector<CacheMove>{M(2, Tier::kGpu, Tier::kCpu, 60),
+                                           M(1, Tier::kCpu, Tier::kGpu, 60)}));
+  EXPECT_EQ(cache.used(Tier::kCpu), 60u);
+}
+
+TEST(TieredCacheTest, GpuVictimDisplacesTheCpuMinimumWhichIsDropped) {
+  TieredCache cache = MakeCache("lru", 10, 10);
+  std::vector<CacheMove> moves;
+  cache.Access(C(1), 10, 1.0, &moves);
+  cache.Access(C(2), 10, 1.0, &moves);  // 1 -> CPU
+  moves.clear();
+  cache.Access(C(3), 10, 1.0, &moves);
+  EXPECT_EQ(moves, (std::vector<CacheMove>{M(1, Tier::kCpu, Tier::kSsd, 10),
+                                           M(2, Tier::kGpu, Tier::kCpu, 10),
+                                           M(3, Tier::kSsd, Tier::kGpu, 10)}));
+}
+
+TEST(TieredCacheTest, GpuVictimIsDroppedWhenItCannotBeatTheCpuMinimum) {
+  // B is too large for the GPU, so it lives in the CPU with a recent access.
+  TieredCache cache = MakeCache("lru", 10, 15);
+  std::vector<CacheMove> moves;
+  cache.Access(C(1), 10, 1.0, &moves);   // tick 1 -> GPU
+  cache.Access(C(50), 15, 1.0, &moves);  // tick 2 -> CPU (larger than the GPU)
+  EXPECT_EQ(cache.Where(C(50)), Tier::kCpu);
+  moves.clear();
+  cache.Access(C(2), 10, 1.0, &moves);  // tick 3: evicts 1, which cannot beat B (tick 2)
+  EXPECT_EQ(moves, (std::vector<CacheMove>{M(1, Tier::kGpu, Tier::kSsd, 10),
+                                           M(2, Tier::kSsd, Tier::kGpu, 10)}));
+  EXPECT_EQ(cache.Where(C(50)), Tier::kCpu);
+}
+
+TEST(TieredCacheTest, TiesKeepTheIncumbent) {
+  TieredCache cache = MakeCache("lfu", 10, 100);
+  std::vector<CacheMove> moves;
+  cache.Access(C(1), 10, 1.0, &moves);  // freq 1 in GPU
+  moves.clear();
+  cache.Access(C(2), 10, 1.0, &moves);  // freq 1 == GPU minimum: not promoted
+  EXPECT_EQ(moves, (std::vector<CacheMove>{M(2, Tier::kSsd, Tier::kCpu, 10)}));
+  moves.clear();
+  cache.Access(C(2), 10, 1.0, &moves);  // freq 2 > 1: promoted
+  EXPECT_EQ(moves, (std::vector<CacheMove>{M(1, Tier::kGpu, Tier::kCpu, 10),
+                                           M(2, Tier::kCpu, Tier::kGpu, 10)}));
+}
+
+TEST(TieredCacheTest, FailedAdmissionEvictsNothing) {
+  TieredCache cache = MakeCache("lfu", 100, 200);
+  std::vector<CacheMove> moves;
+  for (int i = 0; i < 3; ++i) cache.Access(C(1), 50, 1.0, &moves);  // freq 3
+  cache.Access(C(2), 50, 1.0, &moves);                               // freq 1
+  moves.clear();
+  cache.Access(C(3), 100, 1.0, &moves);  // freq 1: ties with chunk 2 -> CPU
+  EXPECT_EQ(moves, (std::vector<CacheMove>{M(3, Tier::kSsd, Tier::kCpu, 100)}));
+  moves.clear();
+  // freq 2 beats chunk 2 but not chunk 1, and needs both gone: nothing is evicted.
+  cache.Access(C(3), 100, 1.0, &moves);
+  EXPECT_TRUE(moves.empty());
+  EXPECT_EQ(cache.Where(C(1)), Tier::kGpu);
+  EXPECT_EQ(cache.Where(C(2)), Tier::kGpu);
+  EXPECT_EQ(cache.Where(C(3)), Tier::kCpu);
+  cache.CheckInvariants();
+}
+
+TEST(TieredCacheTest, ChunkLargerThanATierNeverEntersIt) {
+  TieredCache cache = MakeCache("lru", 10, 20);
+  std::vector<CacheMove> moves;
+  cache.Access(C(1), 15, 1.0, &moves);
+  EXPECT_EQ(moves, (std::vector<CacheMove>{M(1, Tier::kSsd, Tier::kCpu, 15)}));
+  moves.clear();
+  cache.Access(C(1), 15, 1.0, &moves);  // newest, but still too large for the GPU
+  EXPECT_TRUE(moves.empty());
+  cache.Access(C(2), 25, 1.0, &moves);  // larger than both: stays on the SSD
+  EXPECT_TRUE(moves.empty());
+  EXPECT_EQ(cache.Where(C(2)), Tier::kSsd);
+  ASSERT_NE(cache.Stats(C(2)), nullptr);  // but its statistics are kept
+  EXPECT_FALSE(cache.Insert(C(2), 25, Tier::kCpu, &moves));
+  EXPECT_TRUE(moves.empty());
+}
+
+TEST(TieredCacheTest, InsertOfANeverAccessedChunkOnlyTakesFreeRoom) {
+  TieredCache cache = MakeCache("lru", 10, 10);
+  std::vector<CacheMove> moves;
+  EXPECT_TRUE(cache.Insert(C(1), 10, Tier::kGpu, &moves));
+  EXPECT_EQ(moves, (std::vector<CacheMove>{M(1, Tier::kSsd, Tier::kGpu, 10)}));
+  EXPECT_EQ(cache.Stats(C(1)), nullptr);  // Insert is not an access
+  moves.clear();
+  EXPECT_TRUE(cache.Insert(C(1), 10, Tier::kGpu, &moves));  // already there
+  EXPECT_FALSE(cache.Insert(C(2), 10, Tier::kGpu, &moves));  // priority 0 ties chunk 1
+  EXPECT_TRUE(moves.empty());
+  EXPECT_TRUE(cache.Insert(C(2), 10, Tier::kCpu, &moves));
+  EXPECT_EQ(moves, (std::vector<CacheMove>{M(2, Tier::kSsd, Tier::kCpu, 10)}));
+  // An accessed chunk beats both; chunk 1 cannot beat chunk 2 (both 0) and is dropped.
+  moves.clear();
+  cache.Access(C(3), 10, 1.0, &moves);
+  EXPECT_EQ(moves, (std::vector<CacheMove>{M(1, Tier::kGpu, Tier::kSsd, 10),
+                                           M(3, Tier::kSsd, Tier::kGpu, 10)}));
+}
+
+TEST(TieredCacheTest, InsertMovesACachedChunkToTheOtherTierUnderTheRules) {
+  TieredCache cache = MakeCache("lru", 10, 10);
+  std::vector<CacheMove> moves;
+  cache.Access(C(3), 10, 1.0, &moves);
+  EXPECT_TRUE(cache.Insert(C(2), 10, Tier::kCpu, &moves));
+  moves.clear();
+  EXPECT_TRUE(cache.Insert(C(3), 10, Tier::kCpu, &moves));  // tick 1 beats priority 0
+  EXPECT_EQ(moves, (std::vector<CacheMove>{M(2, Tier::kCpu, Tier::kSsd, 10),
+                                           M(3, Tier::kGpu, Tier::kCpu, 10)}));
+  EXPECT_EQ(cache.used(Tier::kGpu), 0u);
+  // Back up: the GPU is empty, so it fits.
+  moves.clear();
+  EXPECT_TRUE(cache.Insert(C(3), 10, Tier::kGpu, &moves));
+  EXPECT_EQ(moves, (std::vector<CacheMove>{M(3, Tier::kCpu, Tier::kGpu, 10)}));
+  // A never-accessed chunk in the CPU cannot displace it; it stays where it was.
+  EXPECT_TRUE(cache.Insert(C(4), 10, Tier::kCpu, &moves));
+  moves.clear();
+  EXPECT_FALSE(cache.Insert(C(4), 10, Tier::kGpu, &moves));
+  EXPECT_TRUE(moves.empty());
+  EXPECT_EQ(cache.Where(C(4)), Tier::kCpu);
+}
+
+TEST(TieredCacheTest, EraseUncachesAndForgetsStatistics) {
+  TieredCache cache = MakeCache("lfu", 10, 10);
+  std::vector<CacheMove> moves;
+  for (int i = 0; i < 5; ++i) cache.Access(C(1), 10, 1.0, &moves);
+  moves.clear();
+  cache.Erase(C(1), &moves);
+  EXPECT_EQ(moves, (std::vector<CacheMove>{M(1, Tier::kGpu, Tier::kSsd, 10)}));
+  EXPECT_EQ(cache.Where(C(1)), Tier::kSsd);
+  EXPECT_EQ(cache.Stats(C(1)), nullptr);
+  EXPECT_EQ(cache.used(Tier::kGpu), 0u);
+  moves.clear();
+  cache.Erase(C(1), &moves);  // not cached: no move
+  cache.Erase(C(7), &moves);  // never seen
+  EXPECT_TRUE(moves.empty());
+  // Forgotten: the next access starts from frequency 1.
+  cache.Access(C(1), 10, 1.0, &moves);
+  EXPECT_EQ(cache.Stats(C(1))->frequency, 1u);
+}
+
+// ---- SPEC §IV-D2, Fig. 14 -------------------------------------------------------------------
+// Key chunk 1 (application A) and key chunk 2 (application B) contend for a GPU cache of one
+// chunk; the CPU is large. Each chunk holds two keys; chunk 1 has one important key (50%),
+// chunk 2 two (100%). A requests 1.5x as often as B. Over 15 requests of A and 10 of B, the
+// frequency policy keeps chunk 1 on the GPU and moves 10 x 2 = 20 important keys CPU -> GPU;
+// the score policy keeps chunk 2 and moves 15 x 1 = 15.
+//
+// Warm-up: four rounds of the measured pattern (A, A, A, B, B). The score is a cumulative
+// frequency times the ratio, so within a round A's three requests come before B's two and
+// A's score can overtake B's for a moment: after the A requests of measured round m with W
+// warm-up rounds, score(1) - score(2) = 1.5 - 0.5 * (W + m). With W <= 2 chunk 1 swaps onto
+// the GPU during the first rounds (and with W = 3 the two tie at m = 0 and only the
+// tie-keeps-the-incumbent rule saves the result). The paper reasons with rates (0.75 vs 1),
+// i.e. the steady state; W = 4 puts the run in that steady state with a strict margin.
+struct Fig14Result {
+  Tier chunk1_after_warmup = Tier::kSsd;
+  Tier chunk2_after_warmup = Tier::kSsd;
+  int important_keys_moved = 0;  // CPU -> GPU, measured phase only
+  std::size_t cache_moves_measured = 0;
+};
+
+Fig14Result RunFig14(const char* policy, int warmup_rounds) {
+  constexpr Bytes kKeyBytes = 4096;
+  constexpr Bytes kChunkBytes = 2 * kKeyBytes;  // two keys per chunk
+  TieredCache cache = MakeCache(policy, /*gpu=*/kChunkBytes, /*cpu=*/64 * kChunkBytes);
+  struct App {
+    ChunkId chunk;
+    int important_keys;
+  };
+  const App a{C(1), 1};
+  const App b{C(2), 2};
+  const App pattern[] = {a, a, a, b, b};
+
+  Fig14Result r;
+  std::vector<CacheMove> moves;
+  auto request = [&](const App& app, bool measured) {
+    if (measured && cache.Where(app.chunk) == Tier::kCpu) {
+      r.important_keys_moved += app.important_keys;
+    }
+    moves.clear();
+    cache.Access(app.chunk, kChunkBytes, app.important_keys / 2.0, &moves);
+    if (measured) r.cache_moves_measured += moves.size();
+    cache.CheckInvariants();
+  };
+  for (int round = 0; round < warmup_rounds; ++round) {
+    for (const App& app : pattern) request(app, false);
+  }
+  r.chunk1_after_warmup = cache.Where(a.chunk);
+  r.chunk2_after_warmup = cache.Where(b.chunk);
+  for (int round = 0; round < 5; ++round) {
+    for (const App& app : pattern) request(app, true);
+  }
+  return r;
+}
+
+TEST(TieredCacheFig14Test, FrequencyPolicyKeepsChunk1AndMoves20ImportantKeys) {
+  const Fig14Result r = RunFig14("lfu", 4);
+  EXPECT_EQ(r.chunk1_after_warmup, Tier::kGpu);
+  EXPECT_EQ(r.chunk2_after_warmup, Tier::kCpu);
+  EXPECT_EQ(r.important_keys_moved, 20);
+  EXPECT_EQ(r.cache_moves_measured, 0u);  // steady state: nobody changes tier
+}
+
+TEST(TieredCacheFig14Test, ScorePolicyKeepsChunk2AndMoves15ImportantKeys) {
+  const Fig14Result r = RunFig14("score", 4);
+  EXPECT_EQ(r.chunk1_after_warmup, Tier::kCpu);
+  EXPECT_EQ(r.chunk2_after_warmup, Tier::kGpu);
+  EXPECT_EQ(r.important_keys_moved, 15);
+  EXPECT_EQ(r.cache_moves_measured, 0u);
+}
+
+// Guards the warm-up reasoning above: too short a warm-up lets A's burst overtake B.
+TEST(TieredCacheFig14Test, ScorePolicyNeedsAWarmupOfFourRoundsForAStrictSteadyState) {
+  EXPECT_GT(RunFig14("score", 1).cache_moves_measured, 0u);
+  EXPECT_GT(RunFig14("score", 2).cache_moves_measured, 0u);
+  EXPECT_EQ(RunFig14("score", 3).cache_moves_measured, 0u);  // the m = 0 tie keeps chunk 2
+  EXPECT_EQ(RunFig14("score", 3).important_keys_moved, 15);
+}
+
+// LRU, for contrast: every request promotes its chunk, so each request of the other
+// application after a switch finds its chunk in the CPU: per round, the first A and the first
+// B move (1 + 2) important keys: 5 x 3 = 15.
+TEST(TieredCacheFig14Test, LruMovesOnEverySwitchOfApplication) {
+  const Fig14Result r = RunFig14("lru", 4);
+  EXPECT_EQ(r.chunk2_after_warmup, Tier::kGpu);  // B came last
+  EXPECT_EQ(r.important_keys_moved, 15);
+  EXPECT_EQ(r.cache_moves_measured, 5u * 2 * 2);  // two swaps of two moves per round
+}
+
+}  // namespace
+}  // namespace kvtier
