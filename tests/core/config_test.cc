@@ -1,0 +1,263 @@
+// Config::Load and BuildOptions on temporary INI trees: how keys are named and layered, how
+// units parse, and that every configuration error names the file, line and key.
+
+#include "core/config.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+
+#include "core/errors.h"
+#include "core/options.h"
+
+namespace kvtier {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A throwaway configs/ tree: models/, hardware/, systems/, experiments/ under a temp dir.
+// FindConfigDir finds it by walking up from the experiment file.
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    unsetenv("KVTIER_CONFIG_DIR");
+    root_ = fs::temp_directory_path() /
+            ("kvtier_config_test_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name()) / "configs";
+    for (const char* d : {"models", "hardware", "systems", "experiments"}) {
+      fs::create_directories(root_ / d);
+    }
+    Write("models/m.ini",
+          "; a small OPT-like model\n"
+          "[model]\n"
+          "name = m\nfamily = opt\nlayers = 4\nhidden = 256\nheads = 4\nkv_heads = 4\n"
+          "head_dim = 64\nffn = 1024\nvocab = 1000\nmax_context = 2048\n");
+    Write("models/gqa.ini",
+          "[model]\n"
+          "name = gqa\nfamily = llama\nlayers = 2\nhidden = 256\nheads = 8\nkv_heads = 2\n"
+          "head_dim = 32\nffn = 512\nvocab = 1000\nmax_context = 4096\n");
+    Write("hardware/hw.ini", "[hardware]\nname = hw\n[ssd]\nread_bw = 5GB/s\n");
+    Write("systems/sys.ini", "[system]\nname = sys\n[cache]\npolicy = score\n");
+  }
+  void TearDown() override { fs::remove_all(root_.parent_path()); }
+
+  std::string Write(const std::string& rel, const std::string& text) {
+    fs::path p = root_ / rel;
+    std::ofstream(p) << text;
+    return p.string();
+  }
+  // An experiment that includes m, hw and sys, followed by `body`.
+  std::string Experiment(const std::string& body, const std::string& includes =
+                                                      "[include]\nmodel = m\nhardware = hw\n"
+                                                      "system = sys\n") {
+    return Write("experiments/e.ini", includes + body);
+  }
+  // The message of the ConfigError `f` throws; fails the test if it throws nothing.
+  template <typename F>
+  std::string ErrorOf(F f) {
+    try {
+      f();
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    ADD_FAILURE() << "expected a ConfigError";
+    return "";
+  }
+
+  fs::path root_;
+};
+
+TEST_F(ConfigTest, SectionsBecomeDottedKeysWithFileAndLine) {
+  const std::string path = Experiment("[cache]\ngpu_capacity = 4GiB\n");
+  const Config c = Config::Load(path, {});
+  EXPECT_EQ(c.Get("cache.gpu_capacity").text, "4GiB");
+  EXPECT_EQ(c.Get("cache.gpu_capacity").origin, path + ":6");
+  EXPECT_EQ(c.Get("model.layers").text, "4");
+  EXPECT_EQ(c.Get("cache.chunk_tokens").origin, "default");
+  ASSERT_EQ(c.files().size(), 4u);
+  EXPECT_EQ(c.files()[0], path);
+}
+
+TEST_F(ConfigTest, CommandLineBeatsExperimentBeatsSystemBeatsHardwareBeatsModel) {
+  Write("models/m.ini",
+        "[model]\nname = m\nfamily = opt\nlayers = 4\nhidden = 256\nheads = 4\nkv_heads = 4\n"
+        "head_dim = 64\nffn = 1024\nvocab = 1000\nmax_context = 2048\n"
+        "[run]\nseed = 1\nmax_requests = 1\nwarmup_requests = 1\n"
+        "[experiment]\nname = from-model\ndescription = from-model\n");
+  Write("hardware/hw.ini",
+        "[run]\nseed = 2\nmax_requests = 2\nwarmup_requests = 2\n[experiment]\nname = from-hw\n");
+  Write("systems/sys.ini", "[run]\nseed = 3\nmax_requests = 3\nwarmup_requests = 3\n");
+  const std::string path = Experiment("[run]\nseed = 4\nmax_requests = 4\n");
+  const Config c = Config::Load(path, {"--run.seed=5"});
+  EXPECT_EQ(c.GetInt("run.seed"), 5);             // command line
+  EXPECT_EQ(c.Get("run.seed").origin, "command line");
+  EXPECT_EQ(c.GetInt("run.max_requests"), 4);     // experiment file
+  EXPECT_EQ(c.GetInt("run.warmup_requests"), 3);  // system file
+  EXPECT_EQ(c.GetString("experiment.name"), "from-hw");             // hardware file
+  EXPECT_EQ(c.GetString("experiment.description"), "from-model");  // model file
+}
+
+TEST_F(ConfigTest, CommandLineCanReplaceAnInclude) {
+  Write("systems/other.ini", "[system]\nname = other\n");
+  const Config c = Config::Load(Experiment(""), {"include.system=other"});
+  EXPECT_EQ(c.GetString("system.name"), "other");
+  EXPECT_EQ(c.GetString("cache.policy"), "lru");  // sys.ini's score is not read
+}
+
+TEST_F(ConfigTest, UnitsParse) {
+  const Config c = Config::Load(
+      Experiment("[cache]\ngpu_capacity = 10GiB\n[ssd]\nread_bw = 5GB/s\nlatency = 80us\n"
+                 "[pcie]\nh2d_bw = 10Gbps\nlatency = 1.5ms\n"),
+      {});
+  EXPECT_EQ(c.GetBytes("cache.gpu_capacity"), 10ull << 30);
+  EXPECT_DOUBLE_EQ(c.GetBandwidth("ssd.read_bw"), 5e9);
+  EXPECT_DOUBLE_EQ(c.GetDuration("ssd.latency"), 80e-6);
+  EXPECT_DOUBLE_EQ(c.GetBandwidth("pcie.h2d_bw"), 1.25e9);  // bits: 10e9 / 8
+  EXPECT_DOUBLE_EQ(c.GetDuration("pcie.latency"), 1.5e-3);
+}
+
+// Regression: Boost.Program_options only knows '#' comments, so a whole-line ';' comment (as
+// every file in configs/ starts with) was an "invalid line".
+TEST_F(ConfigTest, SemicolonCommentsAreIgnored) {
+  const std::string path = Experiment("; a comment line\n[cache] ; inline\npolicy = lfu ; why\n"
+                                      "# hash comment\n");
+  const Config c = Config::Load(path, {});
+  EXPECT_EQ(c.GetString("cache.policy"), "lfu");
+  EXPECT_EQ(c.Get("cache.policy").origin, path + ":7");
+}
+
+TEST_F(ConfigTest, UnknownKeyNamesFileLineAndKey) {
+  const std::string path = Experiment("[cache]\ngpu_capacityy = 4GiB\n");
+  const std::string msg = ErrorOf([&] { Config::Load(path, {}); });
+  EXPECT_NE(msg.find(path + ":6"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cache.gpu_capacityy"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("unknown key"), std::string::npos) << msg;
+}
+
+TEST_F(ConfigTest, UnknownKeyInAnIncludedFileNamesThatFile) {
+  const std::string hw = Write("hardware/hw.ini", "[gpu]\nflops = 1TFLOP/s\nfolps = 2\n");
+  const std::string msg = ErrorOf([&] { Config::Load(Experiment(""), {}); });
+  EXPECT_NE(msg.find(hw + ":3"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("gpu.folps"), std::string::npos) << msg;
+}
+
+TEST_F(ConfigTest, UnknownKeyOnTheCommandLine) {
+  const std::string msg = ErrorOf([&] { Config::Load(Experiment(""), {"--cache.nope=1"}); });
+  EXPECT_NE(msg.find("command line"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cache.nope"), std::string::npos) << msg;
+}
+
+TEST_F(ConfigTest, UnparsableValueSaysWhatWasExpected) {
+  const std::string path = Experiment("[cache]\ngpu_capacity = 10GB?\n");
+  const std::string msg = ErrorOf([&] { Config::Load(path, {}); });
+  EXPECT_NE(msg.find(path + ":6"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cache.gpu_capacity"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("byte size"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("GiB"), std::string::npos) << msg;  // the units it accepts
+
+  const std::string msg2 = ErrorOf([&] { Config::Load(Experiment(""), {"ssd.latency=fast"}); });
+  EXPECT_NE(msg2.find("command line"), std::string::npos) << msg2;
+  EXPECT_NE(msg2.find("ssd.latency"), std::string::npos) << msg2;
+}
+
+TEST_F(ConfigTest, KeySetTwiceInOneFile) {
+  const std::string path = Experiment("[cache]\npolicy = lru\n[cache]\npolicy = lfu\n");
+  const std::string msg = ErrorOf([&] { Config::Load(path, {}); });
+  EXPECT_NE(msg.find("cache.policy"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("set twice"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(path + ":"), std::string::npos) << msg;
+}
+
+TEST_F(ConfigTest, UnknownEnumValueListsValidNames) {
+  const std::string msg = ErrorOf([&] { Config::Load(Experiment("[cache]\npolicy = fifo\n"), {}); });
+  EXPECT_NE(msg.find("cache.policy"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'fifo'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("lru,lfu,score"), std::string::npos) << msg;
+}
+
+TEST_F(ConfigTest, UnknownIncludeListsKnownNames) {
+  Write("systems/spec.ini", "[system]\nname = spec\n");
+  const std::string path =
+      Experiment("", "[include]\nmodel = m\nhardware = hw\nsystem = nosuch\n");
+  const std::string msg = ErrorOf([&] { Config::Load(path, {}); });
+  EXPECT_NE(msg.find(path + ":4"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("include.system"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("nosuch"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("known: spec, sys"), std::string::npos) << msg;
+}
+
+TEST_F(ConfigTest, OnlyExperimentFilesInclude) {
+  Write("systems/sys.ini", "[include]\nmodel = m\n");
+  const std::string msg = ErrorOf([&] { Config::Load(Experiment(""), {}); });
+  EXPECT_NE(msg.find("only experiment files may include"), std::string::npos) << msg;
+}
+
+TEST_F(ConfigTest, MissingRequiredModelKeyIsAConfigError) {
+  const std::string path = Experiment("", "[include]\nhardware = hw\n");
+  const Config c = Config::Load(path, {});
+  const std::string msg = ErrorOf([&] { BuildOptions(c); });
+  EXPECT_NE(msg.find("model.name"), std::string::npos) << msg;
+}
+
+TEST_F(ConfigTest, BuildOptionsReadsTypedValues) {
+  const ExperimentOptions o = BuildOptions(Config::Load(Experiment(""), {}));
+  EXPECT_EQ(o.model.layers, 4);
+  EXPECT_EQ(o.model.family, ModelFamily::kOpt);
+  EXPECT_EQ(o.hardware.name, "hw");
+  EXPECT_EQ(o.system.cache_policy, "score");
+  EXPECT_EQ(o.system.chunk_tokens, 64);
+}
+
+TEST_F(ConfigTest, CacheSmallerThanOneChunk) {
+  // One chunk of m: 64 tokens x 4 KV heads x 64 x 2 B = 32 KiB.
+  const std::string path = Experiment("[cache]\ngpu_capacity = 16KiB\n");
+  const std::string msg = ErrorOf([&] { BuildOptions(Config::Load(path, {})); });
+  EXPECT_NE(msg.find(path + ":6"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cache.gpu_capacity"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("smaller than one chunk (32768 B"), std::string::npos) << msg;
+  // Exactly one chunk, and 0 (tier disabled), are accepted.
+  EXPECT_NO_THROW(BuildOptions(Config::Load(path, {"cache.gpu_capacity=32KiB"})));
+  EXPECT_NO_THROW(BuildOptions(Config::Load(path, {"cache.gpu_capacity=0"})));
+}
+
+TEST_F(ConfigTest, RetentionOutsideZeroOne) {
+  for (const char* bad : {"0", "1.5"}) {
+    const std::string path = Experiment(std::string("[select]\nretention = ") + bad + "\n");
+    const std::string msg = ErrorOf([&] { BuildOptions(Config::Load(path, {})); });
+    EXPECT_NE(msg.find(path + ":6: select.retention"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("(0, 1]"), std::string::npos) << msg;
+  }
+  const std::string neg = ErrorOf([&] {
+    BuildOptions(Config::Load(Experiment(""), {"select.retention=-0.5"}));
+  });
+  EXPECT_NE(neg.find("select.retention"), std::string::npos) << neg;
+  EXPECT_NO_THROW(BuildOptions(Config::Load(Experiment("[select]\nretention = 1\n"), {})));
+}
+
+TEST_F(ConfigTest, ProbeHeadsAboveKvHeads) {
+  // gqa has 2 KV heads; the default of 3 probe heads is already too many.
+  const std::string path =
+      Experiment("[itf]\nprobe_heads = 3\n", "[include]\nmodel = gqa\nhardware = hw\n");
+  const std::string msg = ErrorOf([&] { BuildOptions(Config::Load(path, {})); });
+  EXPECT_NE(msg.find(path + ":5: itf.probe_heads"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("kv_heads = 2"), std::string::npos) << msg;
+  EXPECT_NO_THROW(BuildOptions(Config::Load(path, {"itf.probe_heads=2"})));
+}
+
+TEST_F(ConfigTest, SyntaxErrorNamesTheLine) {
+  const std::string path = Experiment("[cache]\nthis line has no equals sign\n");
+  const std::string msg = ErrorOf([&] { Config::Load(path, {}); });
+  EXPECT_NE(msg.find(path + ":6"), std::string::npos) << msg;
+}
+
+TEST_F(ConfigTest, MissingExperimentFile) {
+  const std::string msg = ErrorOf([&] { Config::Load((root_ / "nope.ini").string(), {}); });
+  EXPECT_NE(msg.find("nope.ini"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace kvtier
