@@ -304,6 +304,9 @@ void Pipeline::IssueLoads(RequestState& rs, int layer, KvKind kind, const Select
     if (pre != nullptr) {
       source = Source::kPrefetched;
       ++group->prefetch_used;
+      // A prefetched chunk still counts where its data came from.
+      if (pre->source == Source::kGpuHit) ++group->gpu_hits;
+      if (pre->source == Source::kCpu) ++group->cpu_hits;
       std::vector<std::uint16_t> missing =
           pre->all_rows ? std::vector<std::uint16_t>{} : Missing(r, pre->rows);
       if (pre->op != kNoOp) group->prefetch_deps.push_back(pre->op);

@@ -1,0 +1,294 @@
+// Pipeline contracts, over FakeExecutor (scripted FIFO resources) and ScriptedScores.
+
+#include "core/pipeline.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <tuple>
+
+#include "tests/testutil/fake_executor.h"
+#include "tests/testutil/scripted_scores.h"
+
+namespace kvtier {
+namespace {
+
+using testing::FakeExecutor;
+using testing::FakeExecutorOptions;
+using testing::ScriptedScores;
+
+ModelSpec TinyModel(int layers) {
+  ModelSpec m;
+  m.name = "tiny";
+  m.family = ModelFamily::kLlama;
+  m.layers = layers;
+  m.hidden = 16;
+  m.heads = 4;
+  m.kv_heads = 4;
+  m.head_dim = 4;
+  m.ffn = 32;
+  m.vocab = 100;
+  m.dtype_bytes = 2;
+  m.max_context = 4096;
+  return m;  // K (or V) of one token in one layer: 4 heads * 4 * 2 = 32 B
+}
+
+SystemOptions System(const std::string& name) {
+  SystemOptions s;
+  s.name = name;
+  s.chunk_tokens = 4;
+  s.retention = 0.25;
+  s.itf_options.retention = 0.25;
+  s.itf_options.probe_heads = 3;
+  s.cache.gpu_capacity = 0;
+  s.cache.cpu_capacity = 0;
+  if (name == "recomp") s.reuse = false;
+  if (name == "as") s.prefetch = PrefetchMode::kLayer;
+  if (name == "as_h2o_lfu") {
+    s.select = SelectPolicy::kH2o;
+    s.prefetch = PrefetchMode::kLayer;
+    s.cache_policy = "lfu";
+  }
+  if (name == "impress" || name == "spec") {
+    s.select = SelectPolicy::kH2o;
+    s.itf = true;
+    s.reorder = true;
+    s.cache_policy = "score";
+    s.prefetch = name == "spec" ? PrefetchMode::kLayer : PrefetchMode::kNone;
+  }
+  if (name == "cake") s.prefetch = PrefetchMode::kCake;
+  return s;
+}
+
+Request MakeRequest(RequestId id, std::int64_t prefix_tokens, std::int64_t query) {
+  Request r;
+  r.id = id;
+  r.prefix.resize(std::size_t(prefix_tokens));
+  std::iota(r.prefix.begin(), r.prefix.end(), 1000);
+  r.query_tokens = query;
+  return r;
+}
+
+// Every head ranks tokens the same way (agreeing probes -> ITF passes).
+float Agreeing(const Request&, int layer, int head, std::int64_t t) {
+  return float((t * 7 + layer) % 13);
+}
+// The first tokens matter most, identically in every head and layer.
+float Stable(const Request&, int, int, std::int64_t t) { return float(1000 - t); }
+// Each head prefers a different quarter of the prefix (disagreeing probes -> fallback).
+float Disagreeing(const Request&, int, int head, std::int64_t t) {
+  return (t % 4) == head ? 10.0f + float(t % 7) : float(t % 3) * 0.01f;
+}
+
+struct Harness {
+  Harness(const ModelSpec& model, const SystemOptions& system, ScriptedScores::Fn scores,
+          FakeExecutorOptions exec = {})
+      : executor(std::move(exec)), source(std::move(scores)) {
+    PipelineOptions options;
+    options.system = system;
+    pipeline = std::make_unique<Pipeline>(model, options, &executor, &source, &log);
+  }
+  FakeExecutor executor;
+  ScriptedScores source;
+  MemoryRunLog log;
+  std::unique_ptr<Pipeline> pipeline;
+
+  std::vector<TransferRecord> TransfersOf(RequestId id) const {
+    std::vector<TransferRecord> out;
+    for (const auto& t : log.transfers) {
+      if (t.request_id == id) out.push_back(t);
+    }
+    return out;
+  }
+};
+
+TEST(PipelineTest, RecompReadsNothing) {
+  Harness h(TinyModel(3), System("recomp"), Agreeing);
+  for (RequestId id = 1; id <= 3; ++id) ASSERT_TRUE(h.pipeline->Run(MakeRequest(id, 64, 8)).ok());
+  h.pipeline->Finish();
+  EXPECT_TRUE(h.log.transfers.empty());
+  ASSERT_EQ(h.log.requests.size(), 3u);
+  for (const auto& r : h.log.requests) {
+    EXPECT_EQ(r.reused_tokens, 0);
+    EXPECT_EQ(r.ssd_read_bytes, 0u);
+    EXPECT_EQ(r.pcie_h2d_bytes, 0u);
+  }
+  // Three layers and the output layer per request; every compute sees the whole prefix.
+  int computes = 0;
+  for (const auto& s : h.executor.history()) {
+    if (s.is_transfer) continue;
+    ++computes;
+    if (s.compute.kind == ComputeKind::kLayerPrefill) {
+      EXPECT_EQ(s.compute.context_tokens, 72);
+    }
+  }
+  EXPECT_EQ(computes, 3 * 4);
+}
+
+TEST(PipelineTest, AsLoadsEveryKeyAndValueFromSsd) {
+  const ModelSpec model = TinyModel(2);
+  Harness h(model, System("as"), Agreeing);
+  ASSERT_TRUE(h.pipeline->Run(MakeRequest(1, 64, 8)).ok());
+  ASSERT_TRUE(h.pipeline->Run(MakeRequest(2, 64, 8)).ok());
+  h.pipeline->Finish();
+  const RequestRecord& second = h.log.requests[1];
+  EXPECT_EQ(second.reused_tokens, 64);
+  // 64 tokens * 32 B * (K + V) * 2 layers, all from SSD (caches are disabled).
+  EXPECT_EQ(second.ssd_read_bytes, 64u * 32 * 2 * 2);
+  EXPECT_EQ(second.pcie_h2d_bytes, 64u * 32 * 2 * 2);
+  EXPECT_EQ(second.ssd_read_chunks, 16 * 2 * 2);
+}
+
+TEST(PipelineTest, H2oLoadsAllKeysButOnlyImportantValues) {
+  const ModelSpec model = TinyModel(1);
+  Harness h(model, System("as_h2o_lfu"), Agreeing);
+  ASSERT_TRUE(h.pipeline->Run(MakeRequest(1, 64, 8)).ok());
+  ASSERT_TRUE(h.pipeline->Run(MakeRequest(2, 64, 8)).ok());
+  h.pipeline->Finish();
+  Bytes h2d = 0;
+  for (const auto& t : h.TransfersOf(2)) {
+    if (t.kind == TransferKind::kH2D && t.purpose == Purpose::kDemand) h2d += t.bytes;
+  }
+  // All keys (64 * 32 B) plus k = 16 value rows per head (16 * 4 heads * 8 B).
+  EXPECT_EQ(h2d, 64u * 32 + 16u * 4 * 8);
+}
+
+// With ITF falling back, a layer loads every head's keys (SPEC §IV-B, Fig. 9); passing, it
+// loads the probe heads' keys and then K and V rows of the voted tokens only.
+TEST(PipelineTest, ItfFallbackLoadsEveryHeadsKeys) {
+  const ModelSpec model = TinyModel(1);
+  auto run = [&](ScriptedScores::Fn fn) {
+    Harness h(model, System("impress"), fn);
+    EXPECT_TRUE(h.pipeline->Run(MakeRequest(1, 64, 8)).ok());
+    EXPECT_TRUE(h.pipeline->Run(MakeRequest(2, 64, 8)).ok());
+    h.pipeline->Finish();
+    Bytes h2d = 0;
+    for (const auto& t : h.TransfersOf(2)) {
+      if (t.kind == TransferKind::kH2D && t.purpose != Purpose::kPromote) h2d += t.bytes;
+    }
+    return std::make_tuple(h.log.requests[1], h.log.layers.back(), h2d);
+  };
+  auto [pass, pass_layer, pass_h2d] = run(Stable);
+  auto [fallback, fallback_layer, fallback_h2d] = run(Disagreeing);
+  EXPECT_FALSE(pass_layer.itf_fallback);
+  EXPECT_TRUE(fallback_layer.itf_fallback);
+  EXPECT_EQ(pass.itf_fallback_layers, 0);
+  EXPECT_EQ(fallback.itf_fallback_layers, 1);
+  const Bytes probe_rows = 64u * 3 * 8;  // 64 tokens x 3 probe heads x 8 B
+  const Bytes k = 16;                    // 25% of 64
+  EXPECT_EQ(pass_h2d, probe_rows + k * 32 + k * 32);          // K and V of voted rows
+  EXPECT_EQ(fallback_h2d, probe_rows + 64u * 32 + k * 4 * 8);  // all keys, per-head values
+  // The voted tokens are the first 16: 4 of 16 chunks for K and for V, plus every probe chunk.
+  EXPECT_EQ(pass.ssd_read_bytes, probe_rows + 4u * 128 * 2);
+  EXPECT_EQ(fallback.ssd_read_bytes, probe_rows + 64u * 32 + 64u * 32);
+}
+
+// SPEC §IV-C: layer l+1's prefetch is submitted while layer l computes, not after.
+TEST(PipelineTest, SpecPrefetchesNextLayerBeforeCurrentComputeEnds) {
+  const ModelSpec model = TinyModel(4);
+  FakeExecutorOptions exec;
+  exec.compute_s = 5e-3;
+  Harness h(model, System("spec"), Stable, exec);
+  ASSERT_TRUE(h.pipeline->Run(MakeRequest(1, 64, 8)).ok());
+  ASSERT_TRUE(h.pipeline->Run(MakeRequest(2, 64, 8)).ok());
+  h.pipeline->Finish();
+  std::vector<LayerRecord> layers;
+  for (const auto& l : h.log.layers) {
+    if (l.request_id == 2) layers.push_back(l);
+  }
+  ASSERT_EQ(layers.size(), 4u);
+  for (int l = 0; l + 1 < 4; ++l) {
+    Seconds first_prefetch = 1e9;
+    for (const auto& t : h.TransfersOf(2)) {
+      if (t.purpose == Purpose::kPrefetch && t.layer == l + 1) {
+        first_prefetch = std::min(first_prefetch, t.submit_s);
+      }
+    }
+    EXPECT_LT(first_prefetch, layers[std::size_t(l)].end_s) << "layer " << l;
+  }
+  // With agreeing heads every layer keeps the same tokens, so every prefetched chunk is used.
+  EXPECT_GT(h.pipeline->totals().prefetched_chunks, 0);
+  EXPECT_EQ(h.pipeline->totals().prefetch_used_chunks, h.pipeline->totals().prefetched_chunks);
+}
+
+TEST(PipelineTest, ImpressDoesNotOverlapIoAcrossLayers) {
+  const ModelSpec model = TinyModel(3);
+  Harness h(model, System("impress"), Agreeing);
+  ASSERT_TRUE(h.pipeline->Run(MakeRequest(1, 64, 8)).ok());
+  ASSERT_TRUE(h.pipeline->Run(MakeRequest(2, 64, 8)).ok());
+  h.pipeline->Finish();
+  std::vector<LayerRecord> layers;
+  for (const auto& l : h.log.layers) {
+    if (l.request_id == 2) layers.push_back(l);
+  }
+  for (const auto& t : h.TransfersOf(2)) {
+    if (t.layer >= 1 && t.purpose != Purpose::kPromote && t.purpose != Purpose::kDemote) {
+      EXPECT_GE(t.start_s, layers[std::size_t(t.layer - 1)].end_s) << "layer " << t.layer;
+    }
+  }
+}
+
+// Cake: compute of chunk i costs i+1 units (later chunks attend to more), loading any chunk
+// costs 3 units. Compute takes chunks 0..3 (1+2+3+4 = 10 units) while I/O loads 7, 6, 5, 4
+// (12 units): they meet between chunks 3 and 4.
+TEST(PipelineTest, CakeMeetsWhereComputeAndLoadRatesSay) {
+  ModelSpec model = TinyModel(2);
+  const std::int64_t C = 16;
+  SystemOptions sys = System("cake");
+  sys.cake_chunk_tokens = int(C);
+  const Bytes chunk_bytes = Bytes(C) * model.KvBytesPerToken();
+  FakeExecutorOptions exec;
+  exec.ssd_read_bw = double(chunk_bytes) / 3.0;  // one chunk's KV (all layers) in 3 s
+  exec.h2d_bw = 1e18;
+  exec.ssd_write_bw = 1e18;  // request 1's background store must not delay request 2
+  exec.d2h_bw = 1e18;
+  exec.compute = [C](const ComputeOp& op) -> Seconds {
+    if (op.kind == ComputeKind::kChunkPrefill) {
+      return double(op.new_tokens) * double(op.context_tokens) / double(C * C);
+    }
+    return 0;
+  };
+  Harness h(model, sys, Agreeing, exec);
+  ASSERT_TRUE(h.pipeline->Run(MakeRequest(1, 8 * C, 0)).ok());
+  ASSERT_TRUE(h.pipeline->Run(MakeRequest(2, 8 * C, 0)).ok());
+  h.pipeline->Finish();
+  std::string meet;
+  for (const auto& d : h.log.decisions) {
+    if (d.request_id == 2 && d.kind == "cake_meet") meet = d.detail;
+  }
+  EXPECT_EQ(meet, "computed 4 loaded 4 of 8");
+  EXPECT_NEAR(h.log.requests[1].ttft_s, 12.0, 1e-9);
+  // Compute-only would take 1+2+...+8 = 36 units; load-only 8 * 3 = 24.
+}
+
+TEST(PipelineTest, SameInputsSameDecisions) {
+  auto run = [] {
+    Harness h(TinyModel(3), System("spec"), Agreeing);
+    for (RequestId id = 1; id <= 6; ++id) {
+      EXPECT_TRUE(h.pipeline->Run(MakeRequest(id, 64 + 8 * std::int64_t(id % 3), 8)).ok());
+    }
+    h.pipeline->Finish();
+    return h.log.decisions;
+  };
+  EXPECT_EQ(run(), run());
+}
+
+TEST(PipelineTest, WarmCachesAvoidSsdReads) {
+  const ModelSpec model = TinyModel(2);
+  SystemOptions sys = System("as");
+  sys.cache.gpu_capacity = 1 << 20;
+  sys.cache.cpu_capacity = 1 << 20;
+  Harness h(model, sys, Agreeing);
+  Request r = MakeRequest(1, 64, 8);
+  h.pipeline->Prewarm(r);
+  r.id = 2;
+  ASSERT_TRUE(h.pipeline->Run(r).ok());
+  h.pipeline->Finish();
+  EXPECT_EQ(h.log.requests[0].ssd_read_bytes, 0u);
+  EXPECT_EQ(h.log.requests[0].gpu_hit_chunks, 16 * 2 * 2);
+  EXPECT_EQ(h.log.requests[0].io_stall_s, 0.0);
+}
+
+}  // namespace
+}  // namespace kvtier
