@@ -68,8 +68,7 @@ uint32_t SlotAllocator::free_count() const {
 
 // --- HostArena ----------------------------------------------------------------------------------
 
-HostArena::HostArena(std::byte* base, uint64_t size, uint64_t slot_bytes, uint32_t count,
-                     bool huge)
+HostArena::HostArena(std::byte* base, uint64_t size, uint64_t slot_bytes, uint32_t count, bool huge)
     : base_(base), size_bytes_(size), slot_bytes_(slot_bytes), slots_(count), huge_pages_(huge) {}
 
 Status HostArena::Create(const HostArenaOptions& o, std::unique_ptr<HostArena>* out) {

@@ -47,8 +47,8 @@ class SlotAllocator {
 };
 
 struct HostArenaOptions {
-  uint64_t slot_bytes = 0;    // REQUIRES: > 0; rounded up to 4 KiB.
-  uint32_t slot_count = 0;    // REQUIRES: > 0.
+  uint64_t slot_bytes = 0;  // REQUIRES: > 0; rounded up to 4 KiB.
+  uint32_t slot_count = 0;  // REQUIRES: > 0.
   bool try_huge_pages = true;
   bool populate = true;       // MAP_POPULATE: fault every page in at Create.
   bool cuda_register = true;  // cudaHostRegister when built with CUDA and a device is present.

@@ -146,11 +146,11 @@ Status ChunkStore::OpenFiles() {
     const bool too_coarse = dio_mem_align_ > kChunkAlign || dio_offset_align_ > kChunkAlign;
     if (unsupported || too_coarse) {
       if (!options_.allow_buffered) {
-        return Status::Unavailable(
-            "chunk store " + data_path_ + ": statx DIOALIGN mem " +
-            std::to_string(dio_mem_align_) + " offset " + std::to_string(dio_offset_align_) +
-            (unsupported ? ": no direct I/O" : ": alignment above 4096") +
-            "; set allow_buffered to accept page-cache reads");
+        return Status::Unavailable("chunk store " + data_path_ + ": statx DIOALIGN mem " +
+                                   std::to_string(dio_mem_align_) + " offset " +
+                                   std::to_string(dio_offset_align_) +
+                                   (unsupported ? ": no direct I/O" : ": alignment above 4096") +
+                                   "; set allow_buffered to accept page-cache reads");
       }
       direct_io_ = false;
       if (::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_DIRECT) != 0) {
@@ -246,8 +246,8 @@ Status ChunkStore::Replay() {
   for (size_t i = 0; i < by_offset.size(); ++i) {
     const ChunkLocation& loc = chunks_[by_offset[i].second];
     if (loc.offset < cursor) {
-      return Status::IoError(manifest_path_ + ": " + ChunkName(by_offset[i].second) +
-                             " overlaps " + ChunkName(by_offset[i - 1].second));
+      return Status::IoError(manifest_path_ + ": " + ChunkName(by_offset[i].second) + " overlaps " +
+                             ChunkName(by_offset[i - 1].second));
     }
     if (loc.offset > cursor) free_[cursor] = loc.offset - cursor;
     cursor = loc.offset + loc.extent_bytes();

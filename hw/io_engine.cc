@@ -102,9 +102,9 @@ class Scheduler {
     } else if (static_cast<uint64_t>(res) < s.length) {
       r.bytes += static_cast<uint64_t>(res);
       if (r.status.ok()) {
-        r.status = Status::IoError(ChunkName(r.chunk_id) + ": short read " +
-                                   std::to_string(res) + " < " + std::to_string(s.length) +
-                                   " bytes at offset " + std::to_string(s.offset));
+        r.status = Status::IoError(ChunkName(r.chunk_id) + ": short read " + std::to_string(res) +
+                                   " < " + std::to_string(s.length) + " bytes at offset " +
+                                   std::to_string(s.offset));
       }
     } else {
       r.bytes += s.length;
@@ -270,8 +270,7 @@ class UringEngine final : public IoEngine {
       const int fd = fixed_file_ ? 0 : fd_;
       const int buf = FixedBufferIndex(s->dst, s->length);
       if (buf >= 0) {
-        io_uring_prep_read_fixed(sqe, fd, s->dst, static_cast<unsigned>(s->length), s->offset,
-                                 buf);
+        io_uring_prep_read_fixed(sqe, fd, s->dst, static_cast<unsigned>(s->length), s->offset, buf);
         ++sched_.stats().fixed_buffer_reads;
       } else {
         io_uring_prep_read(sqe, fd, s->dst, static_cast<unsigned>(s->length), s->offset);
@@ -436,9 +435,12 @@ class PreadEngine final : public IoEngine {
 
 std::string_view IoClassName(IoClass c) {
   switch (c) {
-    case IoClass::kDemand: return "demand";
-    case IoClass::kProbe: return "probe";
-    case IoClass::kPrefetch: return "prefetch";
+    case IoClass::kDemand:
+      return "demand";
+    case IoClass::kProbe:
+      return "probe";
+    case IoClass::kPrefetch:
+      return "prefetch";
   }
   return "?";
 }

@@ -65,8 +65,8 @@ struct ReadResult {
 };
 
 struct ReadRequest {
-  ChunkId chunk_id;       // Named in error messages; echoed in the result.
-  uint64_t tag = 0;       // Caller's id (e.g. request id); echoed in the result.
+  ChunkId chunk_id;  // Named in error messages; echoed in the result.
+  uint64_t tag = 0;  // Caller's id (e.g. request id); echoed in the result.
   IoClass io_class = IoClass::kDemand;
   uint64_t offset = 0;  // File offset. REQUIRES: multiple of the engine's alignment.
   uint64_t length = 0;  // REQUIRES: > 0 and a multiple of the engine's alignment.
@@ -79,22 +79,22 @@ struct IoEngineOptions {
   Backend backend = Backend::kAuto;
   uint32_t max_ops_in_flight = 32;
   uint64_t max_bytes_in_flight = 8ull << 20;
-  uint32_t prefetch_max_ops = 24;             // <= max_ops_in_flight
-  uint64_t prefetch_max_bytes = 6ull << 20;   // <= max_bytes_in_flight
-  uint64_t max_io_bytes = 1ull << 20;         // Sub-IO size; a multiple of `alignment`.
-  uint32_t alignment = 4096;                  // Offsets, lengths and buffers.
-  uint32_t pread_threads = 8;                 // pread backend only.
-  bool register_file = true;                  // io_uring only: IOSQE_FIXED_FILE.
-  std::vector<iovec> fixed_buffers;           // io_uring only: each <= 1 GiB, anonymous memory.
-  bool start_paused = false;                  // Queue requests until Resume().
+  uint32_t prefetch_max_ops = 24;            // <= max_ops_in_flight
+  uint64_t prefetch_max_bytes = 6ull << 20;  // <= max_bytes_in_flight
+  uint64_t max_io_bytes = 1ull << 20;        // Sub-IO size; a multiple of `alignment`.
+  uint32_t alignment = 4096;                 // Offsets, lengths and buffers.
+  uint32_t pread_threads = 8;                // pread backend only.
+  bool register_file = true;                 // io_uring only: IOSQE_FIXED_FILE.
+  std::vector<iovec> fixed_buffers;          // io_uring only: each <= 1 GiB, anonymous memory.
+  bool start_paused = false;                 // Queue requests until Resume().
 };
 
 struct IoEngineStats {
   uint64_t completed[kNumIoClasses] = {};
   uint64_t failed = 0;
   uint64_t sub_ios = 0;
-  uint64_t fixed_buffer_reads = 0;       // Sub-IOs that used read_fixed.
-  uint32_t max_ops_in_flight_seen = 0;   // High-water marks, to check the caps.
+  uint64_t fixed_buffer_reads = 0;      // Sub-IOs that used read_fixed.
+  uint32_t max_ops_in_flight_seen = 0;  // High-water marks, to check the caps.
   uint64_t max_bytes_in_flight_seen = 0;
 };
 

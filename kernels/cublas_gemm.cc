@@ -36,8 +36,8 @@ Status CublasGemm::Gemm(int32_t m, int32_t n, int32_t k, const float* a, const f
   // Row-major C = A B is column-major C^T = B^T A^T: swap the operands, no copies.
   const float alpha = 1.0f;
   const float beta = 0.0f;
-  return CublasStatus(cublasSgemm(h, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, m,
-                                  k, &alpha, b, transpose_b ? k : n, a, k, &beta, c, n),
+  return CublasStatus(cublasSgemm(h, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, m, k,
+                                  &alpha, b, transpose_b ? k : n, a, k, &beta, c, n),
                       "cublasSgemm");
 }
 

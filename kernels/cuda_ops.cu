@@ -1,7 +1,7 @@
-#include "kernels/cuda_ops.h"
-
 #include <cmath>
 #include <string>
+
+#include "kernels/cuda_ops.h"
 
 namespace kvtier::kernels {
 namespace {
@@ -39,8 +39,7 @@ __device__ float BlockReduce(float v) {
 }
 
 // One block per (q token, head): probs row = softmax(q . k_j * scale).
-__global__ void SoftmaxRowsKernel(AttentionShape s, const float* q, const float* k,
-                                  float* probs) {
+__global__ void SoftmaxRowsKernel(AttentionShape s, const float* q, const float* k, float* probs) {
   const int row = blockIdx.x;  // h * q_tokens + i
   const int h = row / s.q_tokens;
   const int i = row % s.q_tokens;
@@ -75,7 +74,8 @@ __global__ void ColumnSumsKernel(AttentionShape s, const float* probs, float* co
   const int j = static_cast<int>(idx % s.kv_tokens);
   float acc = 0.0f;
   for (int h = kvh * s.group(); h < (kvh + 1) * s.group(); ++h) {
-    for (int i = 0; i < s.q_tokens; ++i) acc += probs[(int64_t{h} * s.q_tokens + i) * s.kv_tokens + j];
+    for (int i = 0; i < s.q_tokens; ++i)
+      acc += probs[(int64_t{h} * s.q_tokens + i) * s.kv_tokens + j];
   }
   colsum[idx] = acc;
 }
@@ -97,8 +97,8 @@ __global__ void GatherRowsKernel(ChunkedKvLayout l, const float* const* chunks,
   const int32_t t = tokens[blockIdx.x];
   float* dst = out + int64_t{blockIdx.x} * l.row_floats;
   const bool ok = t >= 0 && t < l.tokens();
-  const float* src = ok ? chunks[t / l.chunk_tokens] + int64_t{t % l.chunk_tokens} * l.row_floats
-                        : nullptr;
+  const float* src =
+      ok ? chunks[t / l.chunk_tokens] + int64_t{t % l.chunk_tokens} * l.row_floats : nullptr;
   for (int f = threadIdx.x; f < l.row_floats; f += blockDim.x) dst[f] = ok ? src[f] : NAN;
 }
 
@@ -113,7 +113,8 @@ __global__ void ProbsTimesVKernel(AttentionShape s, const float* probs, const fl
   float* o = out + (int64_t{i} * s.heads + h) * s.head_dim;
   for (int d = threadIdx.x; d < s.head_dim; d += blockDim.x) {
     float acc = 0.0f;
-    for (int j = 0; j < s.kv_tokens; ++j) acc += p[j] * v[(int64_t{j} * s.kv_heads + kvh) * s.head_dim + d];
+    for (int j = 0; j < s.kv_tokens; ++j)
+      acc += p[j] * v[(int64_t{j} * s.kv_heads + kvh) * s.head_dim + d];
     o[d] = acc;
   }
 }
@@ -139,8 +140,8 @@ Status TopKCuda(const TopKShape& s, const float* scores, int32_t* indices, cudaS
   return LaunchStatus("TopKCuda");
 }
 
-Status GatherRowsCuda(const ChunkedKvLayout& l, const float* const* chunks,
-                      const int32_t* tokens, int32_t n, float* out, cudaStream_t stream) {
+Status GatherRowsCuda(const ChunkedKvLayout& l, const float* const* chunks, const int32_t* tokens,
+                      int32_t n, float* out, cudaStream_t stream) {
   if (!l.valid() || n < 0) return Status::InvalidArgument("GatherRowsCuda: bad layout");
   if (n == 0) return Status::OK();
   GatherRowsKernel<<<n, kThreads, 0, stream>>>(l, chunks, tokens, out);
@@ -149,7 +150,8 @@ Status GatherRowsCuda(const ChunkedKvLayout& l, const float* const* chunks,
 
 Status AttentionCuda(const AttentionShape& s, const float* q, const float* k, const float* v,
                      float* workspace, float* out, cudaStream_t stream) {
-  if (!s.valid() || workspace == nullptr) return Status::InvalidArgument("AttentionCuda: bad shape");
+  if (!s.valid() || workspace == nullptr)
+    return Status::InvalidArgument("AttentionCuda: bad shape");
   SoftmaxRowsKernel<<<s.heads * s.q_tokens, kThreads, 0, stream>>>(s, q, k, workspace);
   KVTIER_RETURN_IF_ERROR(LaunchStatus("AttentionCuda softmax"));
   ProbsTimesVKernel<<<s.heads * s.q_tokens, kThreads, 0, stream>>>(s, workspace, v, out);

@@ -22,8 +22,7 @@ Status ProbeScoresCuda(const AttentionShape& shape, const float* q, const float*
 
 // (b) Top-k indices per row. O(cols^2 / threads) per row: meant for probe-sized rows (a few
 // thousand columns).
-Status TopKCuda(const TopKShape& shape, const float* scores, int32_t* indices,
-                cudaStream_t stream);
+Status TopKCuda(const TopKShape& shape, const float* scores, int32_t* indices, cudaStream_t stream);
 
 // (c) Gather. `chunks` is a device array of `layout.num_chunks` device pointers; `tokens` a
 // device array of n indices. REQUIRES: every token in [0, layout.tokens()) (not checked on the

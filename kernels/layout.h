@@ -34,15 +34,9 @@ struct AttentionShape {
     return q_tokens > 0 && heads > 0 && kv_heads > 0 && head_dim > 0 && kv_tokens > 0 &&
            heads % kv_heads == 0;
   }
-  KVTIER_HOST_DEVICE int64_t q_floats() const {
-    return int64_t{q_tokens} * heads * head_dim;
-  }
-  KVTIER_HOST_DEVICE int64_t kv_floats() const {
-    return int64_t{kv_tokens} * kv_heads * head_dim;
-  }
-  KVTIER_HOST_DEVICE int64_t prob_floats() const {
-    return int64_t{heads} * q_tokens * kv_tokens;
-  }
+  KVTIER_HOST_DEVICE int64_t q_floats() const { return int64_t{q_tokens} * heads * head_dim; }
+  KVTIER_HOST_DEVICE int64_t kv_floats() const { return int64_t{kv_tokens} * kv_heads * head_dim; }
+  KVTIER_HOST_DEVICE int64_t prob_floats() const { return int64_t{heads} * q_tokens * kv_tokens; }
   KVTIER_HOST_DEVICE int64_t colsum_floats() const { return int64_t{kv_heads} * kv_tokens; }
 };
 

@@ -72,8 +72,8 @@ Status GatherRowsRef(const ChunkedKvLayout& l, const float* const* chunks, const
   for (int32_t i = 0; i < n; ++i) {
     const int32_t t = tokens[i];
     if (t < 0 || t >= l.tokens()) {
-      return Status::InvalidArgument("GatherRowsRef: token " + std::to_string(t) +
-                                     " outside [0, " + std::to_string(l.tokens()) + ")");
+      return Status::InvalidArgument("GatherRowsRef: token " + std::to_string(t) + " outside [0, " +
+                                     std::to_string(l.tokens()) + ")");
     }
     const float* src = chunks[t / l.chunk_tokens] + int64_t{t % l.chunk_tokens} * l.row_floats;
     std::copy(src, src + l.row_floats, out + int64_t{i} * l.row_floats);

@@ -40,7 +40,8 @@ bool WriteFile(const std::string& path) {
   for (uint64_t off = 0; off < kFileBytes; off += block) {
     auto* w = reinterpret_cast<uint64_t*>(buf.get());
     for (size_t i = 0; i < block / 8; ++i) w[i] = rng();
-    if (::pwrite(fd.get(), buf.get(), block, static_cast<off_t>(off)) != static_cast<ssize_t>(block)) {
+    if (::pwrite(fd.get(), buf.get(), block, static_cast<off_t>(off)) !=
+        static_cast<ssize_t>(block)) {
       return false;
     }
   }
@@ -106,8 +107,9 @@ double RunEngine(int fd, uint64_t bs, uint32_t qd) {
 }
 
 double RunFio(const std::string& file, uint64_t bs, uint32_t qd) {
-  const std::string cmd = "fio --name=kvtier --filename=" + file + " --rw=randread --bs=" +
-                          std::to_string(bs) + " --iodepth=" + std::to_string(qd) +
+  const std::string cmd = "fio --name=kvtier --filename=" + file +
+                          " --rw=randread --bs=" + std::to_string(bs) +
+                          " --iodepth=" + std::to_string(qd) +
                           " --direct=1 --ioengine=io_uring --size=" + std::to_string(kFileBytes) +
                           " --runtime=" + std::to_string(static_cast<int>(kSecondsPerRun)) +
                           " --time_based --randrepeat=0 --output-format=json 2>/dev/null";
@@ -145,7 +147,10 @@ int Main(int argc, char** argv) {
     return 1;
   }
   UniqueFd fd(::open(file.c_str(), O_RDONLY | O_DIRECT));
-  struct Config { uint64_t bs; uint32_t qd; };
+  struct Config {
+    uint64_t bs;
+    uint32_t qd;
+  };
   const Config configs[] = {{64 << 10, 32}, {1 << 20, 8}};
   int rc = 0;
   std::printf("%-14s %-28s %-28s %s\n", "config", "engine GB/s (median [runs])",

@@ -1,9 +1,9 @@
 #include "hw/arena.h"
 
+#include <gtest/gtest.h>
+
 #include <cstring>
 #include <set>
-
-#include <gtest/gtest.h>
 
 namespace kvtier::hw {
 namespace {

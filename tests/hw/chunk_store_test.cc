@@ -1,6 +1,7 @@
 #include "hw/chunk_store.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
@@ -8,8 +9,6 @@
 
 #include <cstring>
 #include <map>
-
-#include <gtest/gtest.h>
 
 #include "tests/hw/hw_test_util.h"
 
@@ -21,8 +20,7 @@ using testing::ScratchDir;
 
 ChunkId Id(uint32_t index) { return ChunkId::Make(7, KvKind::kValue, 3, index); }
 
-std::unique_ptr<ChunkStore> OpenOrDie(const std::string& dir, uint64_t capacity,
-                                      bool sync = true) {
+std::unique_ptr<ChunkStore> OpenOrDie(const std::string& dir, uint64_t capacity, bool sync = true) {
   std::unique_ptr<ChunkStore> store;
   Status s = ChunkStore::Open({dir, capacity, false, sync}, &store);
   EXPECT_TRUE(s.ok()) << s.ToString();
@@ -52,12 +50,14 @@ TEST(ChunkStore, RoundTripIsByteExactWithODirect) {
     EXPECT_EQ(loc->offset % kChunkAlign, 0u);
     EXPECT_EQ(loc->length, sizes[i]);
   }
-  for (uint32_t i = 0; i < std::size(sizes); ++i) EXPECT_EQ(ReadBack(*store, Id(i)), ChunkBytes(i, 1, sizes[i]));
+  for (uint32_t i = 0; i < std::size(sizes); ++i)
+    EXPECT_EQ(ReadBack(*store, Id(i)), ChunkBytes(i, 1, sizes[i]));
   store.reset();
   // Reopen: the manifest brings every chunk back.
   store = OpenOrDie(dir.path(), 64 << 20);
   EXPECT_EQ(store->chunk_count(), std::size(sizes));
-  for (uint32_t i = 0; i < std::size(sizes); ++i) EXPECT_EQ(ReadBack(*store, Id(i)), ChunkBytes(i, 1, sizes[i]));
+  for (uint32_t i = 0; i < std::size(sizes); ++i)
+    EXPECT_EQ(ReadBack(*store, Id(i)), ChunkBytes(i, 1, sizes[i]));
 }
 
 TEST(ChunkStore, ReplaceAndRemoveSurviveReopenAndFreeSpaceIsReused) {
@@ -155,7 +155,8 @@ TEST(ChunkStore, ManyRecordsAreCheckpointedOnReopen) {
   ScratchDir dir;
   {
     auto store = OpenOrDie(dir.path(), 1 << 20, /*sync=*/false);
-    for (uint32_t v = 1; v <= 1200; ++v) ASSERT_TRUE(store->Put(Id(v % 3), ChunkBytes(v % 3, v, 4096)).ok());
+    for (uint32_t v = 1; v <= 1200; ++v)
+      ASSERT_TRUE(store->Put(Id(v % 3), ChunkBytes(v % 3, v, 4096)).ok());
   }
   auto store = OpenOrDie(dir.path(), 1 << 20);
   EXPECT_EQ(std::filesystem::file_size(dir.path() + "/manifest.log"), 3u * 48);
@@ -209,7 +210,8 @@ TEST(ChunkStore, KilledWriterNeverLeavesManifestPointingAtGarbage) {
     ::waitpid(pid, &status, 0);
     ASSERT_TRUE(WIFSIGNALED(status)) << "writer exited early with " << WEXITSTATUS(status);
     uint64_t ack[2];  // acks written before the kill
-    while (::read(fds[0], ack, sizeof(ack)) == sizeof(ack)) acked[static_cast<uint32_t>(ack[0])] = ack[1];
+    while (::read(fds[0], ack, sizeof(ack)) == sizeof(ack))
+      acked[static_cast<uint32_t>(ack[0])] = ack[1];
     ::close(fds[0]);
 
     auto store = OpenOrDie(dir.path(), cap);

@@ -1,14 +1,13 @@
 #include "hw/io_engine.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
-
-#include <gtest/gtest.h>
 
 #include "hw/arena.h"
 #include "hw/chunk_store.h"

@@ -2,11 +2,11 @@
 // inputs, with NaN-poisoned outputs and explicit tolerances. Skips where no device is present.
 #include "kernels/cuda_ops.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <random>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "kernels/cublas_gemm.h"
 #include "kernels/reference.h"
@@ -23,7 +23,8 @@ class CudaOpsTest : public ::testing::Test {
     int count = 0;  // cudaGetDeviceCount leaves it untouched on failure
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0) {
-      GTEST_SKIP() << "no CUDA device: " << (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+      GTEST_SKIP() << "no CUDA device: "
+                   << (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
     }
     ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
     seed_ = std::random_device{}();

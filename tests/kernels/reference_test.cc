@@ -1,11 +1,11 @@
 // CPU references against naive, independently written loops (double accumulation).
 #include "kernels/reference.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <random>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace kvtier::kernels {
 namespace {
@@ -26,7 +26,8 @@ double NaiveProb(const AttentionShape& s, const std::vector<float>& q, const std
   for (int t = 0; t < s.kv_tokens; ++t) {
     double dot = 0;
     for (int d = 0; d < s.head_dim; ++d) {
-      dot += double(q[(i * s.heads + h) * s.head_dim + d]) * k[(t * s.kv_heads + kvh) * s.head_dim + d];
+      dot += double(q[(i * s.heads + h) * s.head_dim + d]) *
+             k[(t * s.kv_heads + kvh) * s.head_dim + d];
     }
     logits[t] = dot / std::sqrt(double(s.head_dim));
   }
@@ -71,8 +72,8 @@ TEST(ReferenceKernels, ProbeScoresAndH2OColumnSumsMatchNaive) {
 
 TEST(ReferenceKernels, TopKBreaksTiesByLowerIndexAndPutsNaNLast) {
   const TopKShape s{2, 6, 4};
-  const float scores[] = {1, 3, 3, NAN, 2, 3,  // row 0
-                          -INFINITY, NAN, 0, 0, NAN, -1};
+  const float scores[] = {1,         3,   3, NAN, 2,   3,  // row 0
+                          -INFINITY, NAN, 0, 0,   NAN, -1};
   std::vector<int32_t> idx(8, -7);
   ASSERT_TRUE(TopKRef(s, scores, idx.data()).ok());
   EXPECT_EQ(idx, (std::vector<int32_t>{1, 2, 5, 4, 2, 3, 5, 0}));
@@ -105,10 +106,12 @@ TEST(ReferenceKernels, GatherCopiesSelectedRowsAcrossChunks) {
   std::vector<float> out(5 * 6, NAN);
   ASSERT_TRUE(GatherRowsRef(l, ptrs.data(), tokens, 5, out.data()).ok());
   for (int i = 0; i < 5; ++i) {
-    for (int f = 0; f < 6; ++f) EXPECT_EQ(out[i * 6 + f], chunks[tokens[i] / 4][(tokens[i] % 4) * 6 + f]);
+    for (int f = 0; f < 6; ++f)
+      EXPECT_EQ(out[i * 6 + f], chunks[tokens[i] / 4][(tokens[i] % 4) * 6 + f]);
   }
   const int32_t bad[] = {12};
-  EXPECT_EQ(GatherRowsRef(l, ptrs.data(), bad, 1, out.data()).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(GatherRowsRef(l, ptrs.data(), bad, 1, out.data()).code(),
+            Status::Code::kInvalidArgument);
 }
 
 TEST(ReferenceKernels, AttentionOverKeptKvMatchesNaive) {
@@ -133,7 +136,8 @@ TEST(ReferenceKernels, GemmMatchesNaiveBothLayouts) {
   const int m = 3, n = 5, kk = 7;
   auto a = Random(m * kk, 7), b = Random(kk * n, 8);
   std::vector<float> c(m * n), bt(n * kk), c2(m * n);
-  for (int p = 0; p < kk; ++p) for (int j = 0; j < n; ++j) bt[j * kk + p] = b[p * n + j];
+  for (int p = 0; p < kk; ++p)
+    for (int j = 0; j < n; ++j) bt[j * kk + p] = b[p * n + j];
   ASSERT_TRUE(GemmRef(m, n, kk, a.data(), b.data(), false, c.data()).ok());
   ASSERT_TRUE(GemmRef(m, n, kk, a.data(), bt.data(), true, c2.data()).ok());
   for (int i = 0; i < m; ++i) {
