@@ -1,0 +1,369 @@
+// kvtier trace: gen | import-mooncake | stats | fit | info (see traces/FORMAT.md).
+
+#include <boost/program_options.hpp>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "core/errors.h"
+#include "traces/generator.h"
+#include "traces/mooncake.h"
+#include "traces/trace_io.h"
+#include "traces/trace_stats.h"
+
+namespace kvtier::cli {
+namespace {
+
+namespace po = boost::program_options;
+
+std::vector<double> ParseList(const std::string& key, const std::string& text) {
+  std::vector<double> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      std::size_t used = 0;
+      const double v = std::stod(item, &used);
+      if (used != item.size() || !std::isfinite(v)) throw std::invalid_argument(item);
+      out.push_back(v);
+    } catch (const std::exception&) {
+      throw InputError("--" + key + ": cannot parse '" + item + "' as a number");
+    }
+  }
+  if (out.empty()) throw InputError("--" + key + ": empty list");
+  return out;
+}
+
+// One option, available as --name on the command line and as `name` in [section] of an INI.
+struct Options {
+  po::options_description cmd{"options"};
+  po::options_description ini;
+  po::positional_options_description positional;
+
+  template <typename T>
+  void Add(const char* section, const char* name, T* var, const char* help) {
+    cmd.add_options()(name, po::value<T>(var), help);
+    if (section) ini.add_options()((std::string(section) + "." + name).c_str(), po::value<T>(var), help);
+  }
+  void Flag(const char* name, bool* var, const char* help) {
+    cmd.add_options()(name, po::bool_switch(var), help);
+  }
+};
+
+// Parses args (and an INI named by --config, whose values the command line overrides).
+// Returns false when --help was given (usage printed).
+bool Parse(Options* o, const Args& args, const char* usage, bool with_config) {
+  std::string config;
+  bool help = false;
+  o->cmd.add_options()("help,h", po::bool_switch(&help), "show this help");
+  if (with_config) o->cmd.add_options()("config", po::value<std::string>(&config), "INI file with [workload] and [importance] sections");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(o->cmd).positional(o->positional).run(), vm);
+    if (help) {
+      std::cout << usage << "\n" << o->cmd << "\n";
+      return false;
+    }
+    // The INI first (so the command line overrides it), then the command line.
+    auto it = vm.find("config");
+    if (it != vm.end()) {
+      const std::string path = it->second.as<std::string>();
+      std::ifstream in(path);
+      if (!in) throw InputError(path + ": cannot open config");
+      po::variables_map ini_vm;
+      try {
+        po::store(po::parse_config_file(in, o->ini, /*allow_unregistered=*/false), ini_vm);
+        po::notify(ini_vm);
+      } catch (const po::error& e) {
+        throw InputError(path + ": " + e.what());
+      }
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw InputError(e.what());
+  }
+  if (help) {
+    std::cout << usage << "\n" << o->cmd << "\n";
+    return false;
+  }
+  return true;
+}
+
+void AddModel(Options* o, ModelDescriptor* m) {
+  o->Add<std::string>("model", "model-name", &m->name, "model name (default opt-13b)");
+  o->Add<int>("model", "model-layers", &m->layers, "layers (default 40)");
+  o->Add<int>("model", "model-heads", &m->heads, "query heads (default 40)");
+  o->Add<int>("model", "model-kv-heads", &m->kv_heads, "KV heads (default = heads)");
+}
+
+void CheckModel(ModelDescriptor* m, bool kv_given) {
+  if (m->layers < 1 || m->layers > 1024) throw InputError("--model-layers: must be in [1, 1024]");
+  if (m->heads < 1 || m->heads > 4096) throw InputError("--model-heads: must be in [1, 4096]");
+  if (!kv_given) m->kv_heads = m->heads;
+  if (m->kv_heads < 1 || m->kv_heads > m->heads) throw InputError("--model-kv-heads: must be in [1, heads]");
+}
+
+struct TargetFlags {
+  std::string head_jaccard = "0.78,0.58";
+};
+
+void AddTargets(Options* o, ImportanceTargets* t, TargetFlags* f) {
+  o->Add<std::string>("importance", "importance", &t->importance, "procedural | none (default procedural)");
+  o->Add<double>("importance", "retention", &t->retention, "retention ratio the targets refer to (0.4)");
+  o->Add<std::string>("importance", "head_jaccard", &f->head_jaccard, "mean head Jaccard per layer, depth profile (0.78,0.58)");
+  o->Add<double>("importance", "layer_jaccard", &t->layer_jaccard, "adjacent-layer Jaccard of layer sets (0.6)");
+  o->Add<double>("importance", "spi_recall", &t->spi_recall, "recall of a static pre-identified set (0.8)");
+  o->Add<int>("importance", "sink_tokens", &t->sink_tokens, "attention-sink tokens (4)");
+  o->Add<double>("importance", "sink_boost", &t->sink_boost, "sink boost in log2 units (6)");
+  o->Add<double>("importance", "tail", &t->tail, "sd of log2 scores (1.5)");
+  o->Add<int>("importance", "calibration_tokens", &t->calibration_tokens, "tokens per calibration request (0: mean prefix)");
+}
+
+void CheckTargets(ImportanceTargets* t, const TargetFlags& f) {
+  t->head_jaccard = ParseList("head_jaccard", f.head_jaccard);
+  auto unit = [](double v, const char* k) {
+    if (!(v > 0 && v <= 1)) throw InputError(std::string("--") + k + ": must be in (0, 1]");
+  };
+  unit(t->retention, "retention");
+  for (double v : t->head_jaccard) unit(v, "head_jaccard");
+  unit(t->layer_jaccard, "layer_jaccard");
+  unit(t->spi_recall, "spi_recall");
+  if (t->sink_tokens < 0) throw InputError("--sink_tokens: must be >= 0");
+  if (!(t->sink_boost >= 0 && t->sink_boost <= 60)) throw InputError("--sink_boost: must be in [0, 60]");
+  if (!(t->tail > 0 && t->tail <= 20)) throw InputError("--tail: must be in (0, 20]");
+  if (t->calibration_tokens < 0) throw InputError("--calibration_tokens: must be >= 0");
+}
+
+ModelDescriptor DefaultModel() { return {"opt-13b", 40, 40, 40}; }
+
+int RunGen(const Args& args) {
+  WorkloadParams w;
+  ImportanceTargets t;
+  TargetFlags tf;
+  ModelDescriptor m = DefaultModel();
+  std::string out;
+  bool quiet = false;
+  std::uint64_t iseed = 1;
+  Options o;
+  o.Add<std::string>(nullptr, "out,o", &out, "output trace (required)");
+  o.Flag("quiet", &quiet, "print nothing on success");
+  o.Add<std::string>("workload", "kind", &w.kind, "fewshot | rag");
+  o.Add<std::int64_t>("workload", "requests", &w.requests, "number of requests (1000)");
+  o.Add<std::uint64_t>("workload", "seed", &w.seed, "workload seed (1)");
+  o.Add<std::string>("workload", "arrival", &w.arrival, "poisson | closed");
+  o.Add<double>("workload", "rate", &w.rate, "poisson rate, requests/s (10)");
+  o.Add<int>("workload", "clients", &w.clients, "closed loop: clients (8)");
+  o.Add<double>("workload", "think_s", &w.think_s, "closed loop: think time s (0)");
+  o.Add<int>("workload", "vocab", &w.vocab, "vocabulary size (50272)");
+  o.Add<int>("workload", "tasks", &w.tasks, "fewshot: tasks (4)");
+  o.Add<int>("workload", "prompts", &w.prompts, "fewshot: distinct system prompts (32)");
+  o.Add<int>("workload", "examples_min", &w.examples_min, "fewshot: min examples (2)");
+  o.Add<int>("workload", "examples_max", &w.examples_max, "fewshot: max examples (10)");
+  o.Add<double>("workload", "example_tokens", &w.example_tokens, "fewshot: mean example tokens (830)");
+  o.Add<double>("workload", "example_tokens_sd", &w.example_tokens_sd, "fewshot: sd (200)");
+  o.Add<int>("workload", "header_tokens", &w.header_tokens, "fewshot: task header tokens (64)");
+  o.Add<double>("workload", "popularity_sd", &w.popularity_sd, "fewshot: normal popularity sd / prompts (0.2)");
+  o.Add<std::int64_t>("workload", "max_prefix_tokens", &w.max_prefix_tokens, "prefix cap (10240)");
+  o.Add<int>("workload", "docs", &w.docs, "rag: document pool (1000)");
+  o.Add<int>("workload", "docs_per_request", &w.docs_per_request, "rag: documents per prefix (3)");
+  o.Add<double>("workload", "doc_tokens", &w.doc_tokens, "rag: mean document tokens (1500)");
+  o.Add<double>("workload", "doc_tokens_sd", &w.doc_tokens_sd, "rag: sd (400)");
+  o.Add<double>("workload", "zipf", &w.zipf, "rag: Zipf exponent (0.9)");
+  o.Add<double>("workload", "query_tokens", &w.query_tokens, "mean query tokens (64)");
+  o.Add<double>("workload", "query_tokens_sd", &w.query_tokens_sd, "sd (32)");
+  o.Add<double>("workload", "output_tokens", &w.output_tokens, "mean output tokens (128)");
+  o.Add<double>("workload", "output_tokens_sd", &w.output_tokens_sd, "sd (64)");
+  o.Add<bool>("workload", "query_ids", &w.query_ids, "store query token ids (false)");
+  o.Add<std::uint64_t>("importance", "importance_seed", &iseed, "importance model seed (1)");
+  AddTargets(&o, &t, &tf);
+  AddModel(&o, &m);
+  if (!Parse(&o, args, "usage: kvtier trace gen --out T [--config gen.ini] [options]", true)) return 0;
+  if (out.empty()) throw InputError("--out is required");
+  CheckModel(&m, std::find(args.begin(), args.end(), "--model-kv-heads") != args.end() || m.kv_heads != 40);
+  CheckTargets(&t, tf);
+  ValidateWorkload(w);
+  ProceduralParams params;
+  CalibrationReport rep;
+  if (t.importance == "procedural") {
+    const std::int64_t tokens =
+        t.calibration_tokens > 0
+            ? t.calibration_tokens
+            : std::clamp<std::int64_t>(std::llround(ExpectedPrefixTokens(w)), 512, 4096);
+    params = Calibrate(t, m.layers, m.kv_heads, tokens, iseed, &rep);
+  }
+  const GenerateSummary s = GenerateTrace(out, w, m, t, params);
+  if (!quiet) {
+    std::printf("wrote %s: %lld records, %llu bytes\n", out.c_str(), (long long)s.records,
+                (unsigned long long)s.bytes);
+    if (t.importance == "procedural") {
+      double hj = 0;
+      for (double v : rep.head_jaccard) hj += v;
+      std::printf("importance model: %s\n", params.ToString().c_str());
+      std::printf("calibration at %.0f%%: head Jaccard mean %.3f, layer Jaccard %.3f, SPI recall %.3f\n",
+                  t.retention * 100, hj / rep.head_jaccard.size(), rep.layer_jaccard, rep.spi_recall);
+    }
+  }
+  return 0;
+}
+
+int RunImport(const Args& args) {
+  MooncakeImportOptions opt;
+  opt.chunk_tokens = 64;
+  std::string in, out;
+  bool kv = false;
+  Options o;
+  o.Add<std::string>(nullptr, "in,i", &in, "Mooncake JSON-lines trace (required)");
+  o.Add<std::string>(nullptr, "out,o", &out, "output trace (required)");
+  o.Add<int>(nullptr, "chunk-tokens", &opt.chunk_tokens, "tokens per prefix symbol; divides 512 (64)");
+  o.Add<int>(nullptr, "block-tokens", &opt.block_tokens, "tokens per Mooncake block (512)");
+  AddModel(&o, &opt.model);
+  o.positional.add("in", 1);
+  if (!Parse(&o, args, "usage: kvtier trace import-mooncake --in trace.jsonl --out T", false)) return 0;
+  if (in.empty() || out.empty()) throw InputError("--in and --out are required");
+  kv = std::find(args.begin(), args.end(), "--model-kv-heads") != args.end();
+  CheckModel(&opt.model, kv);
+  const MooncakeImportSummary s = ImportMooncake(in, out, opt);
+  std::printf("wrote %s: %lld records, %llu bytes\n", out.c_str(), (long long)s.records,
+              (unsigned long long)s.bytes);
+  return 0;
+}
+
+// For payload-none traces: --importance-config names an INI with an [importance] section;
+// its targets are calibrated for the trace's model.
+std::optional<ProceduralParams> NoneModel(const std::string& config, const std::string& trace) {
+  if (config.empty()) return std::nullopt;
+  ImportanceTargets t;
+  TargetFlags tf;
+  Options o;
+  AddTargets(&o, &t, &tf);
+  std::uint64_t iseed = 1;
+  o.Add<std::uint64_t>("importance", "importance_seed", &iseed, "seed");
+  Parse(&o, {"--config", config}, "", true);
+  CheckTargets(&t, tf);
+  TraceReader reader(trace);
+  const ModelDescriptor& m = reader.header().model;
+  return Calibrate(t, m.layers, m.kv_heads, t.calibration_tokens > 0 ? t.calibration_tokens : 2048,
+                   iseed);
+}
+
+int RunStats(const Args& args) {
+  std::string trace, icfg, retentions = "0.1,0.25,0.4";
+  bool json = false;
+  TraceStatsOptions opt;
+  Options o;
+  o.Add<std::string>(nullptr, "trace", &trace, "trace file");
+  o.Flag("json", &json, "print JSON");
+  o.Add<std::int64_t>(nullptr, "importance-requests", &opt.importance_requests, "requests sampled for importance statistics (64)");
+  o.Add<int>(nullptr, "max-heads", &opt.importance.max_heads, "heads per layer measured (16)");
+  o.Add<int>(nullptr, "max-groups", &opt.importance.max_groups, "prefix groups tracked for SPI recall (16)");
+  o.Add<std::string>(nullptr, "retentions", &retentions, "retention ratios (0.1,0.25,0.4)");
+  o.Add<std::string>(nullptr, "importance-config", &icfg, "INI [importance] for payload-none traces");
+  o.positional.add("trace", 1);
+  if (!Parse(&o, args, "usage: kvtier trace stats T [--json]", false)) return 0;
+  if (trace.empty()) throw InputError("a trace file is required");
+  opt.importance.retentions = ParseList("retentions", retentions);
+  for (double r : opt.importance.retentions) {
+    if (!(r > 0 && r <= 1)) throw InputError("--retentions: values must be in (0, 1]");
+  }
+  if (opt.importance_requests < 0 || opt.importance.max_heads < 1 || opt.importance.max_groups < 0) {
+    throw InputError("--importance-requests, --max-heads, --max-groups: must be positive");
+  }
+  opt.none_model = NoneModel(icfg, trace);
+  const TraceStats st = ComputeTraceStats(trace, opt);
+  std::fputs((json ? FormatStatsJson(st) : FormatStatsTable(st)).c_str(), stdout);
+  return 0;
+}
+
+int RunFit(const Args& args) {
+  std::string trace, out;
+  double retention = 0.4;
+  TraceStatsOptions opt;
+  Options o;
+  o.Add<std::string>(nullptr, "trace", &trace, "trace with importance");
+  o.Add<std::string>(nullptr, "out,o", &out, "write the INI here (default stdout)");
+  o.Add<double>(nullptr, "retention", &retention, "retention ratio of the fitted targets (0.4)");
+  o.Add<std::int64_t>(nullptr, "importance-requests", &opt.importance_requests, "requests sampled (64)");
+  o.positional.add("trace", 1);
+  if (!Parse(&o, args, "usage: kvtier trace fit T [--out fit.ini]", false)) return 0;
+  if (trace.empty()) throw InputError("a trace file is required");
+  if (!(retention > 0 && retention <= 1)) throw InputError("--retention: must be in (0, 1]");
+  const FitResult fit = FitImportance(trace, retention, opt);
+  const std::string ini = FormatFitIni(fit);
+  if (out.empty()) {
+    std::fputs(ini.c_str(), stdout);
+  } else {
+    std::ofstream f(out);
+    f << ini;
+    if (!f) throw InputError(out + ": cannot write");
+  }
+  return 0;
+}
+
+int RunInfo(const Args& args) {
+  std::string trace;
+  std::int64_t show = 5;
+  Options o;
+  o.Add<std::string>(nullptr, "trace", &trace, "trace file");
+  o.Add<std::int64_t>(nullptr, "records", &show, "records to print (5)");
+  o.positional.add("trace", 1);
+  if (!Parse(&o, args, "usage: kvtier trace info T [--records N]", false)) return 0;
+  if (trace.empty()) throw InputError("a trace file is required");
+  TraceReader r(trace);
+  const TraceHeader& h = r.header();
+  std::printf("format v%u, producer '%s'\nmodel %s: %d layers, %d heads, %d kv heads\nchunk tokens %d\n",
+              h.version, h.producer.c_str(), h.model.name.c_str(), h.model.layers, h.model.heads,
+              h.model.kv_heads, h.chunk_tokens);
+  if (h.procedural) std::printf("importance model: %s\n", h.procedural->ToString().c_str());
+  for (const auto& [k, v] : h.metadata) std::printf("meta %s = %s\n", k.c_str(), v.c_str());
+  TraceRecord rec;
+  while (r.Next(&rec)) {
+    if (r.records_read() <= show) {
+      const Request& q = rec.request;
+      std::printf("record %lld: id %llu arrival %.6f s, prefix %zu symbols x %d tokens, query %lld, "
+                  "output %lld, importance %s\n",
+                  (long long)r.records_read() - 1, (unsigned long long)q.id, q.arrival_s,
+                  q.prefix.size(), q.tokens_per_symbol, (long long)q.query_tokens,
+                  (long long)q.output_tokens, ImportanceKindName(rec.importance));
+    }
+  }
+  std::printf("records %lld, bytes %llu (valid)\n", (long long)r.records_read(),
+              (unsigned long long)r.bytes_read());
+  return 0;
+}
+
+void PrintTraceUsage(std::FILE* f) {
+  std::fprintf(f,
+               "usage: kvtier trace <gen|import-mooncake|stats|fit|info> [options]\n"
+               "  gen              generate a synthetic trace (few-shot or RAG, procedural importance)\n"
+               "  import-mooncake  convert a Mooncake FAST'25 JSON-lines trace\n"
+               "  stats            lengths, ideal reuse ratio, head/layer similarity, SPI recall\n"
+               "  fit              estimate importance-model targets from a recorded trace\n"
+               "  info             header and first records; validates the whole file\n");
+}
+
+}  // namespace
+
+int RunTrace(const Args& args) {
+  if (args.empty()) {
+    PrintTraceUsage(stderr);
+    return kExitBadInput;
+  }
+  const std::string sub = args[0];
+  const Args rest(args.begin() + 1, args.end());
+  if (sub == "gen") return RunGen(rest);
+  if (sub == "import-mooncake") return RunImport(rest);
+  if (sub == "stats") return RunStats(rest);
+  if (sub == "fit") return RunFit(rest);
+  if (sub == "info") return RunInfo(rest);
+  if (sub == "--help" || sub == "-h" || sub == "help") {
+    PrintTraceUsage(stdout);
+    return 0;
+  }
+  throw InputError("unknown trace subcommand '" + sub +
+                   "' (expected gen, import-mooncake, stats, fit or info)");
+}
+
+}  // namespace kvtier::cli

@@ -1,0 +1,242 @@
+#include "traces/mooncake.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "core/errors.h"
+#include "traces/trace_io.h"
+
+namespace kvtier {
+namespace {
+
+// Minimal JSON reader for one line: an object whose values are numbers, arrays of numbers, or
+// anything else (skipped). Errors carry the column.
+class LineParser {
+ public:
+  LineParser(const std::string& s, std::string where) : s_(s), where_(std::move(where)) {}
+
+  struct Fields {
+    bool has_ts = false, has_in = false, has_out = false, has_ids = false;
+    double timestamp = 0, input_length = 0, output_length = 0;
+    std::vector<double> hash_ids;
+  };
+
+  Fields Parse() {
+    Fields f;
+    Ws();
+    Expect('{');
+    Ws();
+    if (Peek() == '}') {
+      ++i_;
+    } else {
+      while (true) {
+        Ws();
+        const std::string key = String();
+        Ws();
+        Expect(':');
+        Ws();
+        if (key == "timestamp") {
+          f.timestamp = Number(key), f.has_ts = true;
+        } else if (key == "input_length") {
+          f.input_length = Number(key), f.has_in = true;
+        } else if (key == "output_length") {
+          f.output_length = Number(key), f.has_out = true;
+        } else if (key == "hash_ids") {
+          f.has_ids = true;
+          Expect('[');
+          Ws();
+          if (Peek() == ']') {
+            ++i_;
+          } else {
+            while (true) {
+              Ws();
+              f.hash_ids.push_back(Number(key));
+              Ws();
+              if (Peek() == ',') {
+                ++i_;
+                continue;
+              }
+              Expect(']');
+              break;
+            }
+          }
+        } else {
+          SkipValue();
+        }
+        Ws();
+        if (Peek() == ',') {
+          ++i_;
+          continue;
+        }
+        Expect('}');
+        break;
+      }
+    }
+    Ws();
+    if (i_ != s_.size()) Fail("unexpected text after the object");
+    return f;
+  }
+
+ private:
+  [[noreturn]] void Fail(const std::string& what) const {
+    throw TraceError(where_ + ": bad JSON line: " + what + " (column " + std::to_string(i_ + 1) + ")");
+  }
+  char Peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
+  void Ws() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\r')) ++i_;
+  }
+  void Expect(char c) {
+    if (Peek() != c) Fail(std::string("expected '") + c + "'");
+    ++i_;
+  }
+  std::string String() {
+    Expect('"');
+    std::string out;
+    while (i_ < s_.size() && s_[i_] != '"') {
+      if (s_[i_] == '\\') ++i_;
+      if (i_ < s_.size()) out += s_[i_++];
+    }
+    Expect('"');
+    return out;
+  }
+  double Number(const std::string& key) {
+    const char* begin = s_.c_str() + i_;
+    char* end = nullptr;
+    errno = 0;
+    const double v = std::strtod(begin, &end);
+    if (end == begin || errno == ERANGE || !std::isfinite(v)) Fail("'" + key + "': expected a number");
+    i_ += static_cast<std::size_t>(end - begin);
+    return v;
+  }
+  void SkipValue() {
+    const char c = Peek();
+    if (c == '"') {
+      String();
+    } else if (c == '{' || c == '[') {
+      const char close = c == '{' ? '}' : ']';
+      ++i_;
+      Ws();
+      if (Peek() == close) {
+        ++i_;
+        return;
+      }
+      while (true) {
+        Ws();
+        if (c == '{') {
+          String();
+          Ws();
+          Expect(':');
+          Ws();
+        }
+        SkipValue();
+        Ws();
+        if (Peek() == ',') {
+          ++i_;
+          continue;
+        }
+        Expect(close);
+        return;
+      }
+    } else if (s_.compare(i_, 4, "true") == 0 || s_.compare(i_, 4, "null") == 0) {
+      i_ += 4;
+    } else if (s_.compare(i_, 5, "false") == 0) {
+      i_ += 5;
+    } else {
+      Number("value");
+    }
+  }
+
+  const std::string& s_;
+  std::string where_;
+  std::size_t i_ = 0;
+};
+
+std::int64_t NonNegativeInt(double v, const std::string& where, const char* key) {
+  if (v < 0) throw TraceError(where + ": " + key + " is negative (" + std::to_string(v) + ")");
+  if (v != std::floor(v) || v > 9e15) {
+    throw TraceError(where + ": " + key + " is not an integer (" + std::to_string(v) + ")");
+  }
+  return static_cast<std::int64_t>(v);
+}
+
+}  // namespace
+
+MooncakeImportSummary ImportMooncake(const std::string& jsonl_path, const std::string& out_path,
+                                     const MooncakeImportOptions& opt) {
+  if (opt.block_tokens < 1 || opt.chunk_tokens < 1 || opt.block_tokens % opt.chunk_tokens != 0) {
+    throw InputError("import-mooncake: chunk tokens (" + std::to_string(opt.chunk_tokens) +
+                     ") must divide block tokens (" + std::to_string(opt.block_tokens) + ")");
+  }
+  std::ifstream in(jsonl_path);
+  if (!in) throw TraceError(jsonl_path + ": cannot open: " + std::strerror(errno));
+  TraceHeader header;
+  header.producer = "kvtier trace import-mooncake";
+  header.model = opt.model;
+  header.chunk_tokens = opt.chunk_tokens;
+  std::string base = jsonl_path;
+  if (auto p = base.find_last_of('/'); p != std::string::npos) base = base.substr(p + 1);
+  header.metadata = {{"source", "mooncake-fast25:" + base},
+                     {"block_tokens", std::to_string(opt.block_tokens)},
+                     {"arrival", "trace"}};
+  // Write to a temporary name first so a failed import leaves no half trace behind.
+  const std::string tmp = out_path + ".partial";
+  MooncakeImportSummary sum;
+  try {
+    TraceWriter writer(tmp, header);
+    const int split = opt.block_tokens / opt.chunk_tokens;
+    std::string line;
+    std::int64_t lineno = 0;
+    TraceRecord rec;
+    while (std::getline(in, line)) {
+      ++lineno;
+      const std::string where = jsonl_path + ":" + std::to_string(lineno);
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      const auto f = LineParser(line, where).Parse();
+      if (!f.has_ts || !f.has_in || !f.has_out || !f.has_ids) {
+        throw TraceError(where + ": missing field (need timestamp, input_length, output_length, "
+                         "hash_ids)");
+      }
+      const std::int64_t ts = NonNegativeInt(f.timestamp, where, "timestamp");
+      const std::int64_t input = NonNegativeInt(f.input_length, where, "input_length");
+      const std::int64_t output = NonNegativeInt(f.output_length, where, "output_length");
+      if (input < 1) throw TraceError(where + ": input_length must be >= 1");
+      const std::int64_t max_blocks = (input + opt.block_tokens - 1) / opt.block_tokens;
+      if (std::int64_t(f.hash_ids.size()) > max_blocks) {
+        throw TraceError(where + ": " + std::to_string(f.hash_ids.size()) +
+                         " hash_ids for input_length " + std::to_string(input) + " (at most " +
+                         std::to_string(max_blocks) + " blocks of " +
+                         std::to_string(opt.block_tokens) + ")");
+      }
+      rec.Clear();
+      Request& q = rec.request;
+      q.id = RequestId(lineno - 1);
+      q.arrival_s = double(ts) / 1000.0;
+      q.tokens_per_symbol = opt.chunk_tokens;
+      rec.prefix_kind = PrefixKind::kBlocks;
+      const std::int64_t full = std::min<std::int64_t>((input - 1) / opt.block_tokens,
+                                                       std::int64_t(f.hash_ids.size()));
+      for (std::int64_t b = 0; b < full; ++b) {
+        const std::int64_t id = NonNegativeInt(f.hash_ids[b], where, "hash_ids");
+        for (int j = 0; j < split; ++j) q.prefix.push_back(std::uint64_t(id) * split + j);
+      }
+      q.query_tokens = input - full * opt.block_tokens;
+      q.output_tokens = output;
+      writer.Write(rec);
+    }
+    if (in.bad()) throw TraceError(jsonl_path + ": read error");
+    writer.Close();
+    sum.records = writer.records_written();
+    sum.bytes = writer.bytes_written();
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+  if (std::rename(tmp.c_str(), out_path.c_str()) != 0) {
+    throw InputError(out_path + ": cannot rename from " + tmp + ": " + std::strerror(errno));
+  }
+  return sum;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,81 @@
+#include "traces/score_source.h"
+
+#include "core/check.h"
+#include "core/errors.h"
+
+namespace kvtier {
+
+TraceScoreSource::TraceScoreSource(const TraceHeader& header, const ModelSpec& target,
+                                   std::optional<ProceduralParams> none_model)
+    : target_(target),
+      source_layers_(header.model.layers),
+      source_kv_heads_(header.model.kv_heads) {
+  KVTIER_CHECK(target.layers >= 1 && target.kv_heads >= 1, "target model needs a shape");
+  if (header.procedural) {
+    procedural_ = std::make_unique<ImportanceModel>(*header.procedural, target.layers,
+                                                    target.kv_heads);
+  }
+  if (none_model) {
+    none_model->Validate("importance model");
+    none_model_ = std::make_unique<ImportanceModel>(*none_model, target.layers, target.kv_heads);
+  }
+}
+
+TraceScoreSource::~TraceScoreSource() = default;
+
+void TraceScoreSource::AddEntry(RequestId id, ImportanceKind kind, std::uint64_t query_key,
+                                ExplicitScores scores) {
+  if (kind == ImportanceKind::kNone && !none_model_) {
+    throw TraceError("request " + std::to_string(id) +
+                     ": the trace has no importance for it and no importance model was named");
+  }
+  Entry& e = entries_[id];
+  e.kind = kind;
+  e.query_key = kind == ImportanceKind::kNone
+                    ? DefaultQueryKey(none_model_->params().seed, id)
+                    : query_key;
+  e.scores = std::move(scores);
+  e.token_keys.clear();
+}
+
+void TraceScoreSource::Add(const TraceRecord& record) {
+  AddEntry(record.request.id, record.importance, record.query_key,
+           record.importance == ImportanceKind::kExplicit ? record.explicit_scores
+                                                          : ExplicitScores{});
+}
+
+void TraceScoreSource::Add(TraceRecord&& record) {
+  AddEntry(record.request.id, record.importance, record.query_key,
+           record.importance == ImportanceKind::kExplicit ? std::move(record.explicit_scores)
+                                                          : ExplicitScores{});
+}
+
+void TraceScoreSource::Release(RequestId id) { entries_.erase(id); }
+
+void TraceScoreSource::Scores(const Request& request, int layer, std::int64_t reused_tokens,
+                              std::span<const int> kv_heads, std::vector<float>* out) {
+  KVTIER_CHECK(layer >= 0 && layer < target_.layers, "layer out of range");
+  KVTIER_CHECK(reused_tokens >= 0 && reused_tokens <= request.prefix_tokens(),
+               "reused_tokens > prefix tokens");
+  auto it = entries_.find(request.id);
+  KVTIER_CHECK(it != entries_.end(), "TraceScoreSource::Scores: request was not Add()ed");
+  Entry& e = it->second;
+  const std::int64_t n = reused_tokens;
+  out->resize(kv_heads.size() * static_cast<std::size_t>(n));
+  for (int h : kv_heads) KVTIER_CHECK(h >= 0 && h < target_.kv_heads, "head out of range");
+  if (e.kind == ImportanceKind::kExplicit) {
+    const int src_layer = RetargetLayer(layer, target_.layers, source_layers_);
+    for (std::size_t j = 0; j < kv_heads.size(); ++j) {
+      e.scores.Row(src_layer, RetargetHead(kv_heads[j], source_kv_heads_), n,
+                   out->data() + j * n);
+    }
+    return;
+  }
+  const ImportanceModel* model =
+      e.kind == ImportanceKind::kProcedural ? procedural_.get() : none_model_.get();
+  KVTIER_CHECK(model != nullptr, "no importance model for this request");
+  if (std::int64_t(e.token_keys.size()) < n) PrefixTokenKeys(request, &e.token_keys);
+  model->Scores(e.token_keys, e.query_key, layer, kv_heads, n, out->data());
+}
+
+}  // namespace kvtier

@@ -1,0 +1,70 @@
+#pragma once
+// TraceScoreSource: the ScoreSource (core/score_source.h) of trace replay. It serves the
+// importance of a request's reusable prefix tokens from the request's trace record:
+//   - explicit payloads: the recorded (dequantized) scores;
+//   - procedural payloads: regenerated lazily from the header's importance model, only for the
+//     (layer, heads, tokens) asked for;
+//   - none: from the importance model the experiment names (`none_model`), keyed by the
+//     request's id; without one, Add() of such a record throws TraceError.
+// Retargeting: the replayed `target` model may differ from the trace's source model. Explicit
+// scores map target layer l to source layer floor(l * Ls / Lt) and head h to h % Hs
+// (FORMAT.md §Retargeting); procedural scores are generated for the target model directly
+// (the head-correlation profile is read by relative depth).
+//
+// Usage: Add(record) when the request is submitted, Scores() any number of times while it runs,
+// Release(id) when it is done, so memory is bounded by the requests in flight. Not thread-safe.
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "core/model_spec.h"
+#include "core/score_source.h"
+#include "traces/importance_model.h"
+#include "traces/trace_format.h"
+
+namespace kvtier {
+
+class TraceScoreSource : public ScoreSource {
+ public:
+  // `header`: the trace's header (source model, importance model). `target`: the model replayed
+  // (its layers and kv_heads bound Scores()' arguments). `none_model`: importance model for
+  // records whose payload is none (e.g. imported request traces).
+  // REQUIRES: target.layers >= 1, target.kv_heads >= 1.
+  TraceScoreSource(const TraceHeader& header, const ModelSpec& target,
+                   std::optional<ProceduralParams> none_model = std::nullopt);
+  ~TraceScoreSource() override;
+
+  // Registers the importance payload of `record` under record.request.id (replacing an earlier
+  // one with the same id). Explicit scores are copied (or moved). Throws TraceError for a none
+  // payload without a none_model.
+  void Add(const TraceRecord& record);
+  void Add(TraceRecord&& record);
+  // Forgets a request. Unknown ids are ignored.
+  void Release(RequestId id);
+  std::size_t live_requests() const { return entries_.size(); }
+
+  // See ScoreSource. REQUIRES additionally: Add() was called for request.id.
+  void Scores(const Request& request, int layer, std::int64_t reused_tokens,
+              std::span<const int> kv_heads, std::vector<float>* out) override;
+
+ private:
+  struct Entry {
+    ImportanceKind kind = ImportanceKind::kNone;
+    std::uint64_t query_key = 0;
+    ExplicitScores scores;                 // explicit only
+    std::vector<std::uint32_t> token_keys;  // procedural/none: computed on first use
+  };
+  void AddEntry(RequestId id, ImportanceKind kind, std::uint64_t query_key, ExplicitScores scores);
+
+  ModelSpec target_;
+  int source_layers_;
+  int source_kv_heads_;
+  std::unique_ptr<ImportanceModel> procedural_;  // header's model, for the target shape
+  std::unique_ptr<ImportanceModel> none_model_;
+  std::unordered_map<RequestId, Entry> entries_;
+};
+
+}  // namespace kvtier

@@ -1,0 +1,509 @@
+#include "traces/trace_io.h"
+
+#include <zlib.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+#include "core/errors.h"
+#include "core/types.h"
+
+namespace kvtier {
+
+namespace wire {
+std::uint32_t Crc32(std::span<const std::uint8_t> bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const std::uint8_t* p = bytes.data();
+  std::size_t n = bytes.size();
+  while (n > 0) {
+    const uInt chunk = static_cast<uInt>(std::min<std::size_t>(n, 1u << 30));
+    crc = crc32(crc, p, chunk);
+    p += chunk;
+    n -= chunk;
+  }
+  return static_cast<std::uint32_t>(crc);
+}
+}  // namespace wire
+
+namespace {
+
+constexpr std::uint32_t kMaxRecordBytes = 1u << 30;
+constexpr std::uint32_t kMaxHeaderBytes = 1u << 24;
+constexpr char kEndTag[4] = {'K', 'E', 'N', 'D'};
+constexpr std::uint64_t kExtDecodeTopK = 1;
+
+void EncodeProcedural(const ProceduralParams& p, wire::ByteWriter* w) {
+  w->U64(p.seed);
+  w->Var(p.head_corr.size());
+  for (double v : p.head_corr) w->F64(v);
+  w->F64(p.layer_corr);
+  w->F64(p.query_dependence);
+  w->Var(static_cast<std::uint64_t>(p.sink_tokens));
+  w->F64(p.sink_boost);
+  w->F64(p.tail);
+}
+
+bool DecodeProcedural(wire::ByteReader* r, ProceduralParams* p) {
+  std::uint64_t n, sinks;
+  if (!r->U64(&p->seed) || !r->Var(&n) || n == 0 || n > 4096 || n * 8 > r->remaining()) {
+    return false;
+  }
+  p->head_corr.resize(n);
+  for (auto& v : p->head_corr) r->F64(&v);
+  r->F64(&p->layer_corr);
+  r->F64(&p->query_dependence);
+  if (!r->Var(&sinks) || sinks > (1u << 20)) return false;
+  p->sink_tokens = static_cast<int>(sinks);
+  r->F64(&p->sink_boost);
+  r->F64(&p->tail);
+  return r->ok();
+}
+
+void EncodeHeader(const TraceHeader& h, wire::ByteWriter* w) {
+  w->Str(h.producer);
+  w->Str(h.model.name);
+  w->Var(static_cast<std::uint64_t>(h.model.layers));
+  w->Var(static_cast<std::uint64_t>(h.model.heads));
+  w->Var(static_cast<std::uint64_t>(h.model.kv_heads));
+  w->Var(static_cast<std::uint64_t>(h.chunk_tokens));
+  w->U8(h.procedural ? 1 : 0);
+  if (h.procedural) {
+    wire::ByteWriter p;
+    EncodeProcedural(*h.procedural, &p);
+    w->Var(p.bytes().size());
+    w->Raw(p.bytes().data(), p.bytes().size());
+  }
+  w->Var(h.metadata.size());
+  for (const auto& [k, v] : h.metadata) {
+    w->Str(k);
+    w->Str(v);
+  }
+}
+
+void EncodeRecord(const TraceRecord& rec, wire::ByteWriter* w) {
+  const Request& q = rec.request;
+  w->Var(q.id);
+  w->F64(q.arrival_s);
+  w->U8(static_cast<std::uint8_t>(rec.prefix_kind));
+  w->Var(static_cast<std::uint64_t>(q.tokens_per_symbol));
+  w->Var(q.prefix.size());
+  std::uint64_t prev = 0;
+  for (std::uint64_t s : q.prefix) {
+    w->SVar(static_cast<std::int64_t>(s - prev));
+    prev = s;
+  }
+  w->Var(static_cast<std::uint64_t>(q.query_tokens));
+  w->Var(static_cast<std::uint64_t>(q.output_tokens));
+  w->Var(rec.query_ids.size());
+  prev = 0;
+  for (std::uint64_t s : rec.query_ids) {
+    w->SVar(static_cast<std::int64_t>(s - prev));
+    prev = s;
+  }
+  w->U8(static_cast<std::uint8_t>(rec.importance));
+  if (rec.importance == ImportanceKind::kProcedural) {
+    w->U64(rec.query_key);
+  } else if (rec.importance == ImportanceKind::kExplicit) {
+    const ExplicitScores& e = rec.explicit_scores;
+    w->Var(static_cast<std::uint64_t>(e.layers));
+    w->Var(static_cast<std::uint64_t>(e.kv_heads));
+    w->Var(static_cast<std::uint64_t>(e.tokens));
+    w->U8(static_cast<std::uint8_t>(e.bits));
+    auto* out = w->mutable_bytes();
+    for (std::int64_t r = 0; r < e.rows(); ++r) {
+      w->F32(e.lo[r]);
+      w->F32(e.hi[r]);
+      const std::uint16_t* c = e.codes.data() + r * e.tokens;
+      if (e.bits == 8) {
+        for (std::int64_t t = 0; t < e.tokens; ++t) out->push_back(static_cast<std::uint8_t>(c[t]));
+      } else {
+        w->Raw(c, static_cast<std::size_t>(e.tokens) * 2);
+      }
+    }
+  }
+  w->Var(rec.decode_topk ? 1 : 0);
+  if (rec.decode_topk) {
+    wire::ByteWriter x;
+    const DecodeTopK& d = *rec.decode_topk;
+    x.Var(static_cast<std::uint64_t>(d.steps));
+    x.Var(static_cast<std::uint64_t>(d.k));
+    for (int s = 0; s < d.steps; ++s) {
+      std::int64_t p = 0;
+      for (int j = 0; j < d.k; ++j) {
+        const std::int64_t v = d.positions[std::size_t(s) * d.k + j];
+        x.SVar(v - p);
+        p = v;
+      }
+    }
+    w->Var(kExtDecodeTopK);
+    w->Var(x.bytes().size());
+    w->Raw(x.bytes().data(), x.bytes().size());
+  }
+}
+
+}  // namespace
+
+std::string CheckRecord(const TraceHeader& header, const TraceRecord& rec) {
+  const Request& q = rec.request;
+  if (!std::isfinite(q.arrival_s) || q.arrival_s < 0) return "arrival time is negative or NaN";
+  if (q.tokens_per_symbol < 1) return "tokens_per_symbol < 1";
+  if (q.query_tokens < 0) return "negative query length";
+  if (q.output_tokens < 0) return "negative output length";
+  if (rec.prefix_kind != PrefixKind::kTokens && rec.prefix_kind != PrefixKind::kBlocks) {
+    return "unknown prefix kind " + std::to_string(int(rec.prefix_kind));
+  }
+  if (rec.prefix_kind == PrefixKind::kTokens && q.tokens_per_symbol != 1) {
+    return "token-level prefix with tokens_per_symbol " + std::to_string(q.tokens_per_symbol);
+  }
+  switch (rec.importance) {
+    case ImportanceKind::kNone:
+      break;
+    case ImportanceKind::kProcedural:
+      if (!header.procedural) return "procedural importance but the header has no importance model";
+      break;
+    case ImportanceKind::kExplicit: {
+      const ExplicitScores& e = rec.explicit_scores;
+      if (e.layers != header.model.layers) {
+        return "explicit scores have " + std::to_string(e.layers) + " layers, model has " +
+               std::to_string(header.model.layers);
+      }
+      if (e.kv_heads != header.model.kv_heads) {
+        return "explicit scores have " + std::to_string(e.kv_heads) + " heads, model has " +
+               std::to_string(header.model.kv_heads) + " kv_heads";
+      }
+      if (e.tokens != q.prefix_tokens()) {
+        return "explicit scores cover " + std::to_string(e.tokens) + " tokens, prefix has " +
+               std::to_string(q.prefix_tokens());
+      }
+      if (e.bits != 8 && e.bits != 16) return "explicit scores: bits must be 8 or 16";
+      if (std::int64_t(e.lo.size()) != e.rows() || std::int64_t(e.hi.size()) != e.rows() ||
+          std::int64_t(e.codes.size()) != e.rows() * e.tokens) {
+        return "explicit scores: inconsistent sizes";
+      }
+      for (std::int64_t r = 0; r < e.rows(); ++r) {
+        if (!std::isfinite(e.lo[r]) || !std::isfinite(e.hi[r]) || e.lo[r] > e.hi[r]) {
+          return "layer " + std::to_string(r / e.kv_heads) + " head " +
+                 std::to_string(r % e.kv_heads) + ": score range is NaN, infinite or inverted";
+        }
+      }
+      if (e.bits == 8) {
+        for (std::uint16_t c : e.codes) {
+          if (c > 255) return "explicit scores: 8-bit code out of range";
+        }
+      }
+      break;
+    }
+    default:
+      return "unknown importance kind " + std::to_string(int(rec.importance));
+  }
+  if (rec.decode_topk) {
+    const DecodeTopK& d = *rec.decode_topk;
+    if (d.steps < 0 || d.k < 0 ||
+        std::int64_t(d.positions.size()) != std::int64_t(d.steps) * d.k) {
+      return "decode top-k: inconsistent sizes";
+    }
+    const std::int64_t limit = q.prefix_tokens() + q.query_tokens + q.output_tokens;
+    for (std::int64_t p : d.positions) {
+      if (p < 0 || p >= limit) {
+        return "decode top-k position " + std::to_string(p) + " out of range [0, " +
+               std::to_string(limit) + ")";
+      }
+    }
+  }
+  return "";
+}
+
+// ---------------------------------------------------------------------------------- writer --
+
+TraceWriter::TraceWriter(const std::string& path, const TraceHeader& header)
+    : path_(path), header_(header) {
+  if (header_.model.layers < 1 || header_.model.kv_heads < 1 || header_.model.heads < 1) {
+    throw InputError(path + ": header: model needs layers, heads and kv_heads >= 1");
+  }
+  if (header_.procedural) header_.procedural->Validate(path + ": header: procedural");
+  file_ = std::fopen(path.c_str(), "wb");
+  if (!file_) throw InputError(path + ": cannot create: " + std::strerror(errno));
+  std::setvbuf(file_, nullptr, _IOFBF, 1 << 20);
+  wire::ByteWriter h;
+  EncodeHeader(header_, &h);
+  Put(kTraceMagic, 8);
+  const std::uint32_t version = kTraceVersion, len = static_cast<std::uint32_t>(h.bytes().size());
+  Put(&version, 4);
+  Put(&len, 4);
+  Put(h.bytes().data(), len);
+  const std::uint32_t crc = wire::Crc32(h.bytes());
+  Put(&crc, 4);
+}
+
+TraceWriter::~TraceWriter() {
+  if (file_) {
+    try {
+      Close();
+    } catch (...) {
+    }
+  }
+}
+
+void TraceWriter::Put(const void* p, std::size_t n) {
+  if (std::fwrite(p, 1, n, file_) != n) {
+    throw InputError(path_ + ": write failed: " + std::strerror(errno));
+  }
+  bytes_ += n;
+}
+
+void TraceWriter::Write(const TraceRecord& record) {
+  if (!file_) throw InputError(path_ + ": write after close");
+  const std::string bad = CheckRecord(header_, record);
+  if (!bad.empty()) {
+    throw InputError(path_ + ": record " + std::to_string(records_) + ": " + bad);
+  }
+  buf_.Clear();
+  EncodeRecord(record, &buf_);
+  if (buf_.bytes().size() >= kMaxRecordBytes) {
+    throw InputError(path_ + ": record " + std::to_string(records_) + ": larger than 1 GiB");
+  }
+  const std::uint32_t len = static_cast<std::uint32_t>(buf_.bytes().size());
+  const std::uint32_t crc = wire::Crc32(buf_.bytes());
+  Put(&len, 4);
+  Put(buf_.bytes().data(), len);
+  Put(&crc, 4);
+  ++records_;
+}
+
+void TraceWriter::Close() {
+  if (!file_) return;
+  const std::uint32_t zero = 0;
+  const std::uint64_t count = static_cast<std::uint64_t>(records_);
+  Put(&zero, 4);
+  Put(&count, 8);
+  Put(kEndTag, 4);
+  const bool ok = std::fflush(file_) == 0;
+  std::fclose(file_);
+  file_ = nullptr;
+  if (!ok) throw InputError(path_ + ": write failed: " + std::strerror(errno));
+}
+
+// ---------------------------------------------------------------------------------- reader --
+
+TraceReader::TraceReader(const std::string& path) : path_(path) {
+  file_ = std::fopen(path.c_str(), "rb");
+  if (!file_) throw TraceError(path + ": cannot open: " + std::strerror(errno));
+  std::setvbuf(file_, nullptr, _IOFBF, 1 << 20);
+  char magic[8];
+  if (std::fread(magic, 1, 8, file_) != 8 || std::memcmp(magic, kTraceMagic, 8) != 0) {
+    throw TraceError(path + ": header: not a kvtier trace (bad magic)");
+  }
+  std::uint32_t version = 0, len = 0;
+  if (std::fread(&version, 1, 4, file_) != 4) throw TraceError(path + ": header: truncated");
+  if (version != kTraceVersion) {
+    throw TraceError(path + ": header: unsupported format version " + std::to_string(version) +
+                     " (this kvtier reads version " + std::to_string(kTraceVersion) + ")");
+  }
+  if (std::fread(&len, 1, 4, file_) != 4) throw TraceError(path + ": header: truncated");
+  if (len > kMaxHeaderBytes) throw TraceError(path + ": header: length " + std::to_string(len) + " too large");
+  buf_.resize(len);
+  std::uint32_t crc = 0;
+  if (std::fread(buf_.data(), 1, len, file_) != len || std::fread(&crc, 1, 4, file_) != 4) {
+    throw TraceError(path + ": header: truncated");
+  }
+  if (crc != wire::Crc32(buf_)) throw TraceError(path + ": header: CRC mismatch (corrupted)");
+  bytes_ = 8 + 4 + 4 + len + 4;
+  wire::ByteReader r(buf_);
+  std::uint64_t layers = 0, heads = 0, kv_heads = 0, chunk = 0, nmeta = 0;
+  std::uint8_t has_proc = 0;
+  header_.version = version;
+  r.Str(&header_.producer);
+  r.Str(&header_.model.name);
+  r.Var(&layers);
+  r.Var(&heads);
+  r.Var(&kv_heads);
+  r.Var(&chunk);
+  r.U8(&has_proc);
+  if (!r.ok()) throw TraceError(path + ": header: malformed");
+  if (layers < 1 || layers > kMaxLayers || heads < 1 || heads > 4096 || kv_heads < 1 ||
+      kv_heads > heads || chunk > (1u << 24)) {
+    throw TraceError(path + ": header: model shape out of range (layers " + std::to_string(layers) +
+                     ", heads " + std::to_string(heads) + ", kv_heads " +
+                     std::to_string(kv_heads) + ")");
+  }
+  header_.model.layers = int(layers);
+  header_.model.heads = int(heads);
+  header_.model.kv_heads = int(kv_heads);
+  header_.chunk_tokens = int(chunk);
+  if (has_proc > 1) throw TraceError(path + ": header: malformed procedural flag");
+  if (has_proc) {
+    std::uint64_t plen = 0;
+    if (!r.Var(&plen) || plen > r.remaining()) throw TraceError(path + ": header: malformed");
+    wire::ByteReader pr(std::span<const std::uint8_t>(r.pos(), plen));
+    ProceduralParams p;
+    if (!DecodeProcedural(&pr, &p)) throw TraceError(path + ": header: malformed procedural parameters");
+    try {
+      p.Validate(path + ": header: procedural");
+    } catch (const InputError& e) {
+      throw TraceError(e.what());
+    }
+    header_.procedural = p;
+    r.Skip(plen);
+  }
+  if (!r.Var(&nmeta) || nmeta > r.remaining()) throw TraceError(path + ": header: malformed metadata");
+  for (std::uint64_t i = 0; i < nmeta; ++i) {
+    std::string k, v;
+    if (!r.Str(&k) || !r.Str(&v)) throw TraceError(path + ": header: malformed metadata");
+    header_.metadata.emplace_back(std::move(k), std::move(v));
+  }
+}
+
+TraceReader::~TraceReader() {
+  if (file_) std::fclose(file_);
+}
+
+void TraceReader::Fail(const std::string& what) const {
+  throw TraceError(path_ + ": record " + std::to_string(records_) + ": " + what);
+}
+
+void TraceReader::ReadExact(void* p, std::size_t n, const char* what) {
+  const std::size_t got = std::fread(p, 1, n, file_);
+  bytes_ += got;
+  if (got != n) {
+    Fail(std::string("truncated file (") + what + ": wanted " + std::to_string(n) +
+         " bytes, got " + std::to_string(got) + ")");
+  }
+}
+
+bool TraceReader::Next(TraceRecord* record) {
+  if (done_) return false;
+  std::uint32_t len = 0;
+  ReadExact(&len, 4, "record length; the end marker is missing");
+  if (len == 0) {
+    std::uint64_t count = 0;
+    char tag[4];
+    ReadExact(&count, 8, "end marker");
+    ReadExact(tag, 4, "end marker");
+    if (std::memcmp(tag, kEndTag, 4) != 0) Fail("malformed end marker");
+    if (count != static_cast<std::uint64_t>(records_)) {
+      Fail("end marker says " + std::to_string(count) + " records, read " +
+           std::to_string(records_));
+    }
+    if (std::fgetc(file_) != EOF) Fail("data after the end marker");
+    done_ = true;
+    return false;
+  }
+  if (len > kMaxRecordBytes) Fail("record length " + std::to_string(len) + " exceeds 1 GiB (corrupted)");
+  buf_.resize(len);
+  ReadExact(buf_.data(), len, "record body");
+  std::uint32_t crc = 0;
+  ReadExact(&crc, 4, "record CRC");
+  if (crc != wire::Crc32(buf_)) Fail("CRC mismatch (corrupted record)");
+  DecodeRecord(record);
+  const std::string bad = CheckRecord(header_, *record);
+  if (!bad.empty()) Fail(bad);
+  ++records_;
+  return true;
+}
+
+void TraceReader::DecodeRecord(TraceRecord* rec) {
+  wire::ByteReader r(buf_);
+  Request& q = rec->request;
+  std::uint64_t tps = 0, n = 0, qt = 0, ot = 0;
+  std::uint8_t kind = 0, imp = 0;
+  r.Var(&q.id);
+  r.F64(&q.arrival_s);
+  r.U8(&kind);
+  r.Var(&tps);
+  if (!r.Var(&n) || n > r.remaining()) Fail("malformed prefix");
+  if (tps < 1 || tps > (1u << 24)) Fail("tokens_per_symbol " + std::to_string(tps) + " out of range");
+  rec->prefix_kind = static_cast<PrefixKind>(kind);
+  q.tokens_per_symbol = int(tps);
+  q.prefix.resize(n);
+  std::uint64_t prev = 0;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    std::uint64_t z;
+    if (!r.Var(&z)) Fail("malformed prefix symbols");
+    prev += static_cast<std::uint64_t>(wire::UnZigZag(z));
+    q.prefix[i] = prev;
+  }
+  if (!r.Var(&qt) || !r.Var(&ot)) Fail("malformed lengths");
+  if (qt > (1ull << 40) || ot > (1ull << 40)) Fail("query or output length out of range");
+  q.query_tokens = std::int64_t(qt);
+  q.output_tokens = std::int64_t(ot);
+  if (!r.Var(&n) || n > r.remaining()) Fail("malformed query ids");
+  rec->query_ids.resize(n);
+  prev = 0;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    std::uint64_t z;
+    if (!r.Var(&z)) Fail("malformed query ids");
+    prev += static_cast<std::uint64_t>(wire::UnZigZag(z));
+    rec->query_ids[i] = prev;
+  }
+  if (!r.U8(&imp)) Fail("malformed importance kind");
+  rec->importance = static_cast<ImportanceKind>(imp);
+  rec->query_key = 0;
+  if (rec->importance == ImportanceKind::kProcedural) {
+    if (!r.U64(&rec->query_key)) Fail("malformed procedural payload");
+  } else if (rec->importance == ImportanceKind::kExplicit) {
+    ExplicitScores& e = rec->explicit_scores;
+    std::uint64_t layers, heads, tokens;
+    std::uint8_t bits;
+    if (!r.Var(&layers) || !r.Var(&heads) || !r.Var(&tokens) || !r.U8(&bits)) {
+      Fail("malformed explicit payload");
+    }
+    if (bits != 8 && bits != 16) Fail("explicit payload: bits " + std::to_string(bits) + " not 8 or 16");
+    if (layers > 4096 || heads > 4096 || tokens > (1ull << 32)) Fail("explicit payload: shape out of range");
+    const std::uint64_t rows = layers * heads;
+    const std::uint64_t need = rows * (8 + tokens * (bits / 8));
+    if (need > r.remaining()) Fail("explicit payload: truncated (needs " + std::to_string(need) + " bytes)");
+    e.layers = int(layers);
+    e.kv_heads = int(heads);
+    e.tokens = std::int64_t(tokens);
+    e.bits = bits;
+    e.lo.resize(rows);
+    e.hi.resize(rows);
+    e.codes.resize(rows * tokens);
+    for (std::uint64_t row = 0; row < rows; ++row) {
+      r.F32(&e.lo[row]);
+      r.F32(&e.hi[row]);
+      std::uint16_t* c = e.codes.data() + row * tokens;
+      if (bits == 16) {
+        r.Raw(c, tokens * 2);
+      } else {
+        const std::uint8_t* p = r.pos();
+        for (std::uint64_t t = 0; t < tokens; ++t) c[t] = p[t];
+        r.Skip(tokens);
+      }
+    }
+  } else if (imp > 2) {
+    Fail("unknown importance kind " + std::to_string(imp));
+  }
+  std::uint64_t next = 0;
+  if (!r.Var(&next) || next > r.remaining()) Fail("malformed extensions");
+  rec->decode_topk.reset();
+  for (std::uint64_t i = 0; i < next; ++i) {
+    std::uint64_t tag, elen;
+    if (!r.Var(&tag) || !r.Var(&elen) || elen > r.remaining()) Fail("malformed extension");
+    if (tag == kExtDecodeTopK) {
+      wire::ByteReader x(std::span<const std::uint8_t>(r.pos(), elen));
+      std::uint64_t steps, k;
+      if (!x.Var(&steps) || !x.Var(&k) || steps * k > elen) Fail("malformed decode top-k");
+      DecodeTopK d;
+      d.steps = int(steps);
+      d.k = int(k);
+      d.positions.resize(steps * k);
+      for (std::uint64_t s = 0; s < steps; ++s) {
+        std::int64_t p = 0;
+        for (std::uint64_t j = 0; j < k; ++j) {
+          std::int64_t dv;
+          if (!x.SVar(&dv)) Fail("malformed decode top-k");
+          p += dv;
+          d.positions[s * k + j] = p;
+        }
+      }
+      rec->decode_topk = std::move(d);
+    }
+    r.Skip(elen);  // unknown tags are skipped: later extensions need no format break
+  }
+  if (!r.ok()) Fail("malformed record");
+  if (r.remaining() != 0) Fail("trailing bytes in record");
+}
+
+}  // namespace kvtier

@@ -1,0 +1,89 @@
+#pragma once
+// Streaming reader and writer of format-v1 traces (traces/FORMAT.md). The reader holds one
+// record at a time: its memory is independent of the trace length. Every malformed input —
+// truncated file, wrong magic or version, CRC mismatch, out-of-range index, NaN — throws
+// TraceError "<path>: record <n>: <what>" (or "<path>: header: ..."); it never crashes.
+// Neither class is thread-safe; use one per thread.
+//
+// Typical replay loop:
+//   TraceReader reader(path);
+//   TraceScoreSource scores(reader.header(), model);         // traces/score_source.h
+//   TraceRecord rec;
+//   while (reader.Next(&rec)) { scores.Add(rec); sim.Submit(rec.request); ... }
+
+#include <cstdio>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "traces/trace_format.h"
+#include "traces/wire.h"
+
+namespace kvtier {
+
+class TraceWriter {
+ public:
+  // Creates (truncates) `path` and writes the header. Throws InputError if it cannot.
+  TraceWriter(const std::string& path, const TraceHeader& header);
+  ~TraceWriter();  // closes (writing the end marker) if Close() was not called; never throws
+  TraceWriter(const TraceWriter&) = delete;
+  TraceWriter& operator=(const TraceWriter&) = delete;
+
+  // Appends one record. Throws InputError if the record is inconsistent with itself or the
+  // header (the same checks the reader applies), so a writer never produces an invalid trace.
+  void Write(const TraceRecord& record);
+  // Writes the end marker and closes. Throws InputError on an I/O error.
+  void Close();
+
+  std::int64_t records_written() const { return records_; }
+  std::uint64_t bytes_written() const { return bytes_; }
+
+ private:
+  void Put(const void* p, std::size_t n);
+
+  std::string path_;
+  TraceHeader header_;
+  std::FILE* file_ = nullptr;
+  wire::ByteWriter buf_;
+  std::int64_t records_ = 0;
+  std::uint64_t bytes_ = 0;
+};
+
+class TraceReader {
+ public:
+  // Opens `path` and reads and validates the header. Throws TraceError.
+  explicit TraceReader(const std::string& path);
+  ~TraceReader();
+  TraceReader(const TraceReader&) = delete;
+  TraceReader& operator=(const TraceReader&) = delete;
+
+  const TraceHeader& header() const { return header_; }
+  const std::string& path() const { return path_; }
+
+  // Reads the next record into *record (reusing its buffers). Returns false at the end marker
+  // (after checking the record count). Throws TraceError on anything malformed.
+  bool Next(TraceRecord* record);
+
+  std::int64_t records_read() const { return records_; }
+  std::uint64_t bytes_read() const { return bytes_; }
+
+ private:
+  [[noreturn]] void Fail(const std::string& what) const;
+  void ReadExact(void* p, std::size_t n, const char* what);
+  void DecodeRecord(TraceRecord* record);
+
+  std::string path_;
+  TraceHeader header_;
+  std::FILE* file_ = nullptr;
+  std::vector<std::uint8_t> buf_;
+  std::int64_t records_ = 0;  // records fully read
+  std::uint64_t bytes_ = 0;
+  bool done_ = false;
+};
+
+// Validates a record against the header; returns "" or what is wrong ("head 40 >= kv_heads
+// 40"). Shared by writer and reader.
+std::string CheckRecord(const TraceHeader& header, const TraceRecord& record);
+
+}  // namespace kvtier
