@@ -22,5 +22,6 @@ const std::vector<Command>& AllCommands();
 
 int RunConfig(const Args& args);  // cli/cmd_config.cc
 int RunModel(const Args& args);   // cli/cmd_model.cc
+int RunTrace(const Args& args);   // cli/cmd_trace.cc
 
 }  // namespace kvtier::cli

@@ -14,6 +14,7 @@ const std::vector<Command>& AllCommands() {
   static const std::vector<Command> kCommands = {
       {"config", "print the resolved, validated configuration (or --keys, --check)", RunConfig},
       {"model", "a model's KV sizes and prefix recompute vs load times", RunModel},
+      {"trace", "importance traces: gen, import-mooncake, stats, fit, info", RunTrace},
   };
   return kCommands;
 }
