@@ -45,8 +45,12 @@ void PrintKeys(bool markdown) {
   if (markdown) {
     std::printf("| key | type | default | choices | meaning |\n|---|---|---|---|---|\n");
     for (const KeySpec& k : AllKeys()) {
+      std::string choices = k.choices ? k.choices : "";
+      for (std::size_t i = 0; (i = choices.find('|', i)) != std::string::npos; i += 2) {
+        choices.insert(i, "\\");  // a bare '|' would split the Markdown cell
+      }
       std::printf("| `%s` | %s | %s | %s | %s |\n", k.name, KeyTypeName(k.type),
-                  DefaultText(k).c_str(), k.choices ? k.choices : "", k.doc);
+                  DefaultText(k).c_str(), choices.c_str(), k.doc);
     }
     return;
   }

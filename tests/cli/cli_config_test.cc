@@ -107,7 +107,7 @@ TEST_F(CliTest, KeysListsTheKeyTable) {
   EXPECT_NE(r.out.find("lru|lfu|score"), std::string::npos);
   r = Run("config --keys --markdown");
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("| `cache.policy` | enum | lru | lru|lfu|score |"), std::string::npos);
+  EXPECT_NE(r.out.find(R"(| `cache.policy` | enum | lru | lru\|lfu\|score |)"), std::string::npos);
 }
 
 TEST_F(CliTest, UnknownKeyInFileExitsTwoNamingFileAndKey) {
