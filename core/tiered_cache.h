@@ -99,6 +99,17 @@ class TieredCache {
   void CheckInvariants() const;
 
  private:
+  // Everything known about one chunk: one hash lookup per call finds its statistics and, while
+  // it is cached, its tier and heap slot (the heaps index chunks through these records, whose
+  // addresses unordered_map keeps stable). A record exists while the chunk has statistics or
+  // is cached; `accessed` is false for a chunk only ever placed by Insert.
+  struct ChunkRecord {
+    ChunkStats stats;
+    bool accessed = false;
+    Tier tier = Tier::kSsd;
+    std::size_t heap_pos = 0;  // index in the heap of `tier` (GPU or CPU only)
+    Bytes bytes = 0;
+  };
   struct HeapEntry;  // a resident chunk and its heap key (tiered_cache.cc)
   class TierHeap;    // indexed binary min-heap of one tier (tiered_cache.cc)
 
@@ -106,13 +117,16 @@ class TieredCache {
   // Admits `cand` (resident nowhere) into `target` after moving the victims down; false, with
   // nothing changed, when it does not fit or does not beat every victim it would need.
   bool Admit(const HeapEntry& cand, Tier from, Tier target, std::vector<CacheMove>* moves);
-  void AfterCall(ChunkId touched);  // KVTIER_DCHECK of the invariants (see above)
+  // Forgets a record that has neither statistics nor a tier (an Inserted chunk evicted).
+  void ForgetIfUnused(ChunkId chunk);
+  // KVTIER_DCHECK of the invariants (see above); `touched` is the call's chunk, or nullptr.
+  void AfterCall(const ChunkRecord* touched);
 
   std::unique_ptr<CachePolicy> policy_;
   TieredCacheOptions options_;
   std::unique_ptr<TierHeap> gpu_;
   std::unique_ptr<TierHeap> cpu_;
-  std::unordered_map<ChunkId, ChunkStats> stats_;
+  std::unordered_map<ChunkId, ChunkRecord> chunks_;
   std::uint64_t tick_ = 0;
   std::size_t calls_since_full_check_ = 0;
 };
