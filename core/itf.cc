@@ -99,9 +99,9 @@ double MeanPairwiseJaccard(const std::vector<TokenSet>& sets) {
 ItfDecision SelectItf(std::span<const float> probe_scores, int probe_heads, std::int64_t n,
                       const ItfOptions& options) {
   KVTIER_CHECK(n >= 1 && probe_heads >= 1, "SelectItf needs n >= 1 and a probe head");
-  KVTIER_CHECK(probe_scores.size() == static_cast<std::size_t>(probe_heads) *
-                                          static_cast<std::size_t>(n),
-               "SelectItf: probe_scores must hold probe_heads rows of n scores");
+  KVTIER_CHECK(
+      probe_scores.size() == static_cast<std::size_t>(probe_heads) * static_cast<std::size_t>(n),
+      "SelectItf: probe_scores must hold probe_heads rows of n scores");
   ItfDecision d;
   d.k = RetainedTokens(options.retention, n);
   d.probe_sets = SelectPerHead(probe_scores, probe_heads, n, d.k);
@@ -180,8 +180,8 @@ LayerVectorCount CountVectorsWithoutItf(std::int64_t n, int heads, std::int64_t 
 //   with ITF, fallback: the probe keys were read for nothing; then as without ITF (a K chunk
 //                       holds all heads, the probe keys are a redundant copy, §VI-E), so a
 //                       fallback layer costs probe_heads * n more than no ITF: 12 + 160 = 172.
-LayerVectorCount CountVectorsWithItf(std::int64_t n, int heads, int probe_heads,
-                                     std::int64_t k, bool fallback) {
+LayerVectorCount CountVectorsWithItf(std::int64_t n, int heads, int probe_heads, std::int64_t k,
+                                     bool fallback) {
   LayerVectorCount c = fallback ? CountVectorsWithoutItf(n, heads, k) : LayerVectorCount{};
   c.probe_keys = probe_heads * n;
   if (!fallback) {

@@ -56,7 +56,8 @@ struct ItfDecision {
 
 // Runs ITF on the probe heads' scores: `probe_scores` holds probe_heads rows of n scores.
 // The voted set ranks tokens by (number of probe heads selecting them desc, score summed over
-// all probe heads desc, index asc) and keeps the first k. Pass iff similarity >= threshold. REQUIRES: probe_scores.size() == probe_heads * n, n >= 1.
+// all probe heads desc, index asc) and keeps the first k. Pass iff similarity >= threshold.
+// REQUIRES: probe_scores.size() == probe_heads * n, n >= 1.
 ItfDecision SelectItf(std::span<const float> probe_scores, int probe_heads, std::int64_t n,
                       const ItfOptions& options);
 

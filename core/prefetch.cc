@@ -22,8 +22,7 @@ bool PrefetchLedger::WasPrefetched(int layer, ChunkId chunk) const {
   return by_layer_[layer].count(chunk) != 0;
 }
 
-PrefetchLedger::Settlement PrefetchLedger::Settle(int layer,
-                                                  const std::vector<ChunkId>& needed) {
+PrefetchLedger::Settlement PrefetchLedger::Settle(int layer, const std::vector<ChunkId>& needed) {
   Settlement s;
   if (layer < 0 || static_cast<std::size_t>(layer) >= by_layer_.size()) return s;
   std::unordered_set<ChunkId>& fetched = by_layer_[layer];

@@ -26,10 +26,10 @@
 // victim demoted to the CPU, then displaced there by a later victim); its last move is where it
 // is.
 //
-// Not thread-safe. Capacity and exclusivity of the touched chunk are checked with KVTIER_DCHECK
-// after every call; the full CheckInvariants() (O(n)) runs after every call while fewer than 32
-// chunks are resident, and otherwise once per `resident chunks` calls, so that Access stays
-// O(log n) amortised on caches of 10^5 chunks.
+// Not thread-safe. Access is O(log n) with one hash lookup. Capacities and the touched chunk's
+// heap slot are checked with KVTIER_DCHECK after every call; the full CheckInvariants() (O(n))
+// runs after every call while fewer than 32 chunks are resident, and otherwise once per
+// `known chunks` calls (amortised O(1)), so the checks stay on in every build.
 
 #include <cstddef>
 #include <cstdint>

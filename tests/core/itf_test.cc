@@ -44,7 +44,7 @@ TEST(ItfPaperTest, Fig9VectorCounts) {
   EXPECT_EQ(without.values, 32);  // 32 x 1
   EXPECT_EQ(without.total(), 160);
   const LayerVectorCount with = CountVectorsWithItf(4, 32, 3, 1, /*fallback=*/false);
-  EXPECT_EQ(with.probe_keys, 12);         // 3 x 4
+  EXPECT_EQ(with.probe_keys, 12);          // 3 x 4
   EXPECT_EQ(with.keys + with.values, 64);  // 32 x 1 x 2
   EXPECT_EQ(with.total(), 76);
   // Fallback: the probe keys were read for nothing, then the layer loads as without ITF.
@@ -105,7 +105,7 @@ TEST(ItfPaperTest, TwoOfThreeProbesAgreeingPassesAndTheMajorityWins) {
 TEST(ItfTest, RetainedTokensIsClampedCeiling) {
   EXPECT_EQ(RetainedTokens(0.25, 4), 1);
   EXPECT_EQ(RetainedTokens(0.25, 5), 2);
-  EXPECT_EQ(RetainedTokens(0.1, 30), 3);   // 0.1 * 30 is 3.0000000000000004 in binary
+  EXPECT_EQ(RetainedTokens(0.1, 30), 3);    // 0.1 * 30 is 3.0000000000000004 in binary
   EXPECT_EQ(RetainedTokens(0.001, 10), 1);  // at least one
   EXPECT_EQ(RetainedTokens(1.0, 7), 7);
   EXPECT_EQ(RetainedTokens(0.5, 0), 0);

@@ -31,7 +31,7 @@ TEST(PrefetchLedgerTest, SettleCountsUsedAndWasted) {
   // Layer 2 used chunks 0 and 2 (2 listed twice) and missed chunk 5.
   const PrefetchLedger::Settlement s = ledger.Settle(2, {K(2, 0), K(2, 2), K(2, 2), K(2, 5)});
   EXPECT_EQ(s.prefetched, 3);
-  EXPECT_EQ(s.used, 2);  // 1 wasted
+  EXPECT_EQ(s.used, 2);                            // 1 wasted
   EXPECT_FALSE(ledger.WasPrefetched(2, K(2, 0)));  // the layer is forgotten
   EXPECT_TRUE(ledger.WasPrefetched(3, K(3, 0)));   // other layers are not
   EXPECT_EQ(ledger.total_prefetched(), 3);

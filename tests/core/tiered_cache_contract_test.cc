@@ -216,6 +216,45 @@ TEST_P(TieredCacheContractTest, ErasedChunkIsForgottenAndStartsOver) {
   EXPECT_EQ(cache.Stats(id)->frequency, 1u);
 }
 
+// Above 32 resident chunks the cache checks itself only periodically (amortised); a long run
+// on a large cache must still satisfy the full check.
+TEST_P(TieredCacheContractTest, LargeCacheStaysConsistent) {
+  TieredCache cache(NewCachePolicy(GetParam(), "test"),
+                    TieredCacheOptions{500 * kKiB, 1500 * kKiB, 0.8});
+  std::mt19937 rng(99);
+  std::uniform_int_distribution<std::uint32_t> pick(0, 4999);
+  std::uniform_int_distribution<int> op(0, 99);
+  std::vector<CacheMove> moves;
+  for (int step = 0; step < 40000; ++step) {
+    const std::uint32_t i = step % 2 ? pick(rng) % 400 : pick(rng);  // half the calls are hot
+    const ChunkId id = ChunkId::Make(i, KvKind::kValue, 1, 0);
+    const Bytes bytes = (1 + i % 4) * kKiB;
+    moves.clear();
+    const int kind = op(rng);
+    if (kind < 90) {
+      cache.Access(id, bytes, (i % 5) / 4.0, &moves);
+    } else if (kind < 97) {
+      cache.Insert(id, bytes, kind % 2 ? Tier::kGpu : Tier::kCpu, &moves);
+    } else {
+      cache.Erase(id, &moves);
+    }
+    // Each chunk's last move in the call is where it is now.
+    for (std::size_t k = 0; k < moves.size(); ++k) {
+      bool last = true;
+      for (std::size_t l = k + 1; l < moves.size(); ++l)
+        last = last && moves[l].chunk != moves[k].chunk;
+      if (last) {
+        EXPECT_EQ(cache.Where(moves[k].chunk), moves[k].to);
+      }
+    }
+    if (step % 1000 == 0) cache.CheckInvariants();
+  }
+  EXPECT_GT(cache.resident_chunks(Tier::kGpu) + cache.resident_chunks(Tier::kCpu), 32u);
+  EXPECT_LE(cache.used(Tier::kGpu), 500 * kKiB);
+  EXPECT_LE(cache.used(Tier::kCpu), 1500 * kKiB);
+  cache.CheckInvariants();
+}
+
 INSTANTIATE_TEST_SUITE_P(AllPolicies, TieredCacheContractTest,
                          ::testing::ValuesIn(CachePolicyNames()),
                          [](const ::testing::TestParamInfo<std::string>& info) {

@@ -11,8 +11,8 @@ namespace kvtier {
 
 // Readable CacheMoves in failure messages (found by ADL, so outside the anonymous namespace).
 void PrintTo(const CacheMove& m, std::ostream* os) {
-  *os << "{seg " << m.chunk.segment() << " " << TierName(m.from) << "->" << TierName(m.to)
-      << " " << m.bytes << "B}";
+  *os << "{seg " << m.chunk.segment() << " " << TierName(m.from) << "->" << TierName(m.to) << " "
+      << m.bytes << "B}";
 }
 
 namespace {
@@ -143,7 +143,7 @@ TEST(TieredCacheTest, FailedAdmissionEvictsNothing) {
   TieredCache cache = MakeCache("lfu", 100, 200);
   std::vector<CacheMove> moves;
   for (int i = 0; i < 3; ++i) cache.Access(C(1), 50, 1.0, &moves);  // freq 3
-  cache.Access(C(2), 50, 1.0, &moves);                               // freq 1
+  cache.Access(C(2), 50, 1.0, &moves);                              // freq 1
   moves.clear();
   cache.Access(C(3), 100, 1.0, &moves);  // freq 1: ties with chunk 2 -> CPU
   EXPECT_EQ(moves, (std::vector<CacheMove>{M(3, Tier::kSsd, Tier::kCpu, 100)}));
@@ -180,7 +180,7 @@ TEST(TieredCacheTest, InsertOfANeverAccessedChunkOnlyTakesFreeRoom) {
   EXPECT_EQ(moves, (std::vector<CacheMove>{M(1, Tier::kSsd, Tier::kGpu, 10)}));
   EXPECT_EQ(cache.Stats(C(1)), nullptr);  // Insert is not an access
   moves.clear();
-  EXPECT_TRUE(cache.Insert(C(1), 10, Tier::kGpu, &moves));  // already there
+  EXPECT_TRUE(cache.Insert(C(1), 10, Tier::kGpu, &moves));   // already there
   EXPECT_FALSE(cache.Insert(C(2), 10, Tier::kGpu, &moves));  // priority 0 ties chunk 1
   EXPECT_TRUE(moves.empty());
   EXPECT_TRUE(cache.Insert(C(2), 10, Tier::kCpu, &moves));
