@@ -449,7 +449,15 @@ void TraceReader::DecodeRecord(TraceRecord* rec) {
       Fail("malformed explicit payload");
     }
     if (bits != 8 && bits != 16) Fail("explicit payload: bits " + std::to_string(bits) + " not 8 or 16");
-    if (layers > 4096 || heads > 4096 || tokens > (1ull << 32)) Fail("explicit payload: shape out of range");
+    if (layers != std::uint64_t(header_.model.layers)) {
+      Fail("explicit scores have " + std::to_string(layers) + " layers, model has " +
+           std::to_string(header_.model.layers));
+    }
+    if (heads != std::uint64_t(header_.model.kv_heads)) {
+      Fail("explicit scores have " + std::to_string(heads) + " heads, model has " +
+           std::to_string(header_.model.kv_heads) + " kv_heads");
+    }
+    if (tokens > (1ull << 32)) Fail("explicit payload: token count out of range");
     const std::uint64_t rows = layers * heads;
     const std::uint64_t need = rows * (8 + tokens * (bits / 8));
     if (need > r.remaining()) Fail("explicit payload: truncated (needs " + std::to_string(need) + " bytes)");

@@ -1,0 +1,267 @@
+// Malformed inputs: each is a TraceError naming the file and the record (or header / line),
+// and `kvtier trace ...` exits with code 2 and prints that message.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "core/errors.h"
+#include "tests/traces/test_paths.h"
+#include "traces/mooncake.h"
+#include "traces/trace_io.h"
+#include "traces/wire.h"
+
+namespace kvtier {
+namespace {
+
+using testing_traces::BinaryDir;
+using testing_traces::TempPath;
+using Bytes8 = std::vector<std::uint8_t>;
+
+Bytes8 ReadAll(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return Bytes8(std::istreambuf_iterator<char>(f), {});
+}
+void WriteAll(const std::string& p, const Bytes8& b) {
+  std::ofstream f(p, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+}
+
+// Writes a 3-record trace: record 1 has explicit scores and a decode top-k extension.
+std::string MakeTrace(const std::string& name) {
+  const std::string path = TempPath(name);
+  TraceHeader h;
+  h.producer = "test";
+  h.model = {"tiny", 2, 2, 2};
+  TraceWriter w(path, h);
+  for (int i = 0; i < 3; ++i) {
+    TraceRecord r;
+    r.request.id = i;
+    r.request.prefix = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    r.request.query_tokens = 17;
+    r.request.output_tokens = 5;
+    if (i == 1) {
+      r.importance = ImportanceKind::kExplicit;
+      std::vector<float> s(2 * 2 * 10, 1.0f);
+      for (std::size_t j = 0; j < s.size(); ++j) s[j] = 1.5f + float(j);
+      r.explicit_scores = ExplicitScores::Quantize(2, 2, 10, s, 16);
+      r.decode_topk = DecodeTopK{1, 1, {5}};
+    }
+    w.Write(r);
+  }
+  w.Close();
+  return path;
+}
+
+// Offset of record i's length field.
+std::size_t RecordOffset(const Bytes8& b, int index) {
+  std::uint32_t hlen;
+  std::memcpy(&hlen, b.data() + 12, 4);
+  std::size_t off = 16 + hlen + 4;
+  for (int i = 0; i < index; ++i) {
+    std::uint32_t len;
+    std::memcpy(&len, b.data() + off, 4);
+    off += 4 + len + 4;
+  }
+  return off;
+}
+
+void FixCrc(Bytes8* b, std::size_t rec_off) {
+  std::uint32_t len;
+  std::memcpy(&len, b->data() + rec_off, 4);
+  const std::uint32_t crc = wire::Crc32(std::span<const std::uint8_t>(b->data() + rec_off + 4, len));
+  std::memcpy(b->data() + rec_off + 4 + len, &crc, 4);
+}
+
+// Reads the whole trace; returns the TraceError message ("" if none).
+std::string ReadError(const std::string& path) {
+  try {
+    TraceReader r(path);
+    TraceRecord rec;
+    while (r.Next(&rec)) {
+    }
+  } catch (const TraceError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+struct CliResult {
+  int code;
+  std::string output;
+};
+CliResult RunCli(const std::string& args) {
+  const std::string cmd = BinaryDir() + "/cli/kvtier " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[512];
+  while (p && fgets(buf, sizeof buf, p)) out += buf;
+  const int status = p ? pclose(p) : -1;
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// The library error names file and record; the CLI exits 2 with the same message.
+void ExpectBad(const std::string& path, const std::string& where, const std::string& what) {
+  const std::string msg = ReadError(path);
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  EXPECT_NE(msg.find(where), std::string::npos) << msg;
+  EXPECT_NE(msg.find(what), std::string::npos) << msg;
+  const CliResult cli = RunCli("trace info " + path);
+  EXPECT_EQ(cli.code, 2) << cli.output;
+  EXPECT_NE(cli.output.find(path + ": " + where), std::string::npos) << cli.output;
+}
+
+TEST(TraceMalformed, ValidTraceReads) {
+  const std::string path = MakeTrace("ok.kvt");
+  EXPECT_EQ(ReadError(path), "");
+  EXPECT_EQ(RunCli("trace info " + path).code, 0);
+}
+
+TEST(TraceMalformed, TruncatedAnywhereIsAnErrorNamingTheRecord) {
+  const std::string path = MakeTrace("trunc_src.kvt");
+  const Bytes8 b = ReadAll(path);
+  const std::string cut = TempPath("trunc.kvt");
+  // Inside the header, inside record 1, between records 1 and 2, just before the end marker.
+  const std::size_t r1 = RecordOffset(b, 1), r2 = RecordOffset(b, 2), end = RecordOffset(b, 3);
+  for (std::size_t n : {std::size_t(10), std::size_t(20), r1 + 9, r2, end, b.size() - 3}) {
+    WriteAll(cut, Bytes8(b.begin(), b.begin() + std::ptrdiff_t(n)));
+    const std::string msg = ReadError(cut);
+    EXPECT_NE(msg.find(cut), std::string::npos) << n << ": " << msg;
+    EXPECT_TRUE(msg.find("truncated") != std::string::npos) << n << ": " << msg;
+  }
+  WriteAll(cut, Bytes8(b.begin(), b.begin() + std::ptrdiff_t(r1 + 9)));
+  ExpectBad(cut, "record 1", "truncated");
+  WriteAll(cut, Bytes8(b.begin(), b.begin() + std::ptrdiff_t(end)));
+  ExpectBad(cut, "record 3", "end marker is missing");
+}
+
+TEST(TraceMalformed, WrongMagic) {
+  const std::string path = MakeTrace("magic.kvt");
+  Bytes8 b = ReadAll(path);
+  b[0] = 'X';
+  WriteAll(path, b);
+  ExpectBad(path, "header", "bad magic");
+}
+
+TEST(TraceMalformed, WrongVersion) {
+  const std::string path = MakeTrace("version.kvt");
+  Bytes8 b = ReadAll(path);
+  b[8] = 2;
+  WriteAll(path, b);
+  ExpectBad(path, "header", "unsupported format version 2");
+}
+
+TEST(TraceMalformed, CorruptedRecordFailsCrc) {
+  const std::string path = MakeTrace("crc.kvt");
+  Bytes8 b = ReadAll(path);
+  b[RecordOffset(b, 2) + 6] ^= 0x40;
+  WriteAll(path, b);
+  ExpectBad(path, "record 2", "CRC mismatch");
+}
+
+TEST(TraceMalformed, HugeLengthIsRejectedNotAllocated) {
+  const std::string path = MakeTrace("len.kvt");
+  Bytes8 b = ReadAll(path);
+  const std::uint32_t huge = 0xF0000000u;
+  std::memcpy(b.data() + RecordOffset(b, 0), &huge, 4);
+  WriteAll(path, b);
+  ExpectBad(path, "record 0", "exceeds 1 GiB");
+}
+
+TEST(TraceMalformed, DecodeTopKIndexOutOfRange) {
+  const std::string path = MakeTrace("range.kvt");
+  Bytes8 b = ReadAll(path);
+  const std::size_t off = RecordOffset(b, 1);
+  std::uint32_t len;
+  std::memcpy(&len, b.data() + off, 4);
+  ASSERT_EQ(b[off + 4 + len - 1], 0x0A);  // zigzag(5), the last byte of the payload
+  b[off + 4 + len - 1] = 0x7E;           // position 63 >= 10 + 17 + 5
+  FixCrc(&b, off);
+  WriteAll(path, b);
+  ExpectBad(path, "record 1", "out of range");
+}
+
+TEST(TraceMalformed, ExplicitLayerCountOutOfRange) {
+  const std::string path = MakeTrace("layers.kvt");
+  Bytes8 b = ReadAll(path);
+  const std::size_t off = RecordOffset(b, 1);
+  std::uint32_t len;
+  std::memcpy(&len, b.data() + off, 4);
+  // Payload: id, f64 arrival, kind, tps, n=10, 10 deltas, qt, ot, nq=0, imp=1, layers, ...
+  const std::size_t imp = off + 4 + 1 + 8 + 1 + 1 + 1 + 10 + 1 + 1 + 1;
+  ASSERT_EQ(b[imp], 1);      // explicit
+  ASSERT_EQ(b[imp + 1], 2);  // layers
+  b[imp + 1] = 3;
+  FixCrc(&b, off);
+  WriteAll(path, b);
+  ExpectBad(path, "record 1", "3 layers, model has 2");
+}
+
+TEST(TraceMalformed, NaNScore) {
+  const std::string path = MakeTrace("nan.kvt");
+  Bytes8 b = ReadAll(path);
+  const std::size_t off = RecordOffset(b, 1);
+  const std::size_t imp = off + 4 + 1 + 8 + 1 + 1 + 1 + 10 + 1 + 1 + 1;
+  const std::size_t lo = imp + 1 + 1 + 1 + 1 + 1;  // layers, heads, tokens, bits, then row 0 lo
+  const float nan = std::nanf("");
+  std::memcpy(b.data() + lo, &nan, 4);
+  FixCrc(&b, off);
+  WriteAll(path, b);
+  ExpectBad(path, "record 1", "NaN");
+}
+
+void WriteText(const std::string& p, const std::string& s) {
+  std::ofstream f(p);
+  f << s;
+}
+
+void ExpectBadJsonl(const std::string& text, const std::string& where, const std::string& what) {
+  const std::string in = TempPath("mc.jsonl"), out = TempPath("mc.kvt");
+  WriteText(in, text);
+  try {
+    ImportMooncake(in, out, MooncakeImportOptions{});
+    ADD_FAILURE() << "no error for " << what;
+  } catch (const TraceError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(in + ":" + where), std::string::npos) << msg;
+    EXPECT_NE(msg.find(what), std::string::npos) << msg;
+  }
+  EXPECT_FALSE(std::ifstream(out).good()) << "a failed import left an output file";
+  const CliResult cli = RunCli("trace import-mooncake --in " + in + " --out " + out);
+  EXPECT_EQ(cli.code, 2) << cli.output;
+  EXPECT_NE(cli.output.find(in + ":" + where), std::string::npos) << cli.output;
+}
+
+const char* kGood = R"({"timestamp": 0, "input_length": 1100, "output_length": 5, "hash_ids": [0, 1, 2]})";
+
+TEST(MooncakeMalformed, BadJsonLine) {
+  ExpectBadJsonl(std::string(kGood) + "\n{\"timestamp\": 3, \"input_length\": 10\n", "2", "bad JSON");
+}
+
+TEST(MooncakeMalformed, NegativeLength) {
+  ExpectBadJsonl(std::string(kGood) + "\n" + kGood + "\n" +
+                     R"({"timestamp": 1, "input_length": -4, "output_length": 5, "hash_ids": []})",
+                 "3", "input_length is negative");
+  ExpectBadJsonl(R"({"timestamp": 1, "input_length": 40, "output_length": -1, "hash_ids": [0]})",
+                 "1", "output_length is negative");
+}
+
+TEST(MooncakeMalformed, MissingFieldAndTooManyBlocks) {
+  ExpectBadJsonl(R"({"timestamp": 1, "input_length": 40, "hash_ids": [0]})", "1", "missing field");
+  ExpectBadJsonl(R"({"timestamp": 1, "input_length": 40, "output_length": 1, "hash_ids": [0, 1]})",
+                 "1", "2 hash_ids for input_length 40");
+}
+
+TEST(TraceCli, BadFlagsExitTwo) {
+  EXPECT_EQ(RunCli("trace gen --requests 10").code, 2);  // no --out
+  EXPECT_EQ(RunCli("trace gen --out /dev/null --head_jaccard 0.5,x").code, 2);
+  EXPECT_EQ(RunCli("trace nonsense").code, 2);
+  EXPECT_EQ(RunCli("trace stats /nonexistent/file.kvt").code, 2);
+}
+
+}  // namespace
+}  // namespace kvtier
