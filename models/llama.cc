@@ -1,9 +1,15 @@
 #include "models/llama.h"
 
+// Eigen's own OpenMP GEMM splits every product, however small, and its fork/join with spinning
+// idle threads made 32-row forwards 20x slower on a loaded 2-core machine (40 s vs 1.9 s,
+// measured). kvtier splits rows itself, and only for products big enough to pay for it.
+#define EIGEN_DONT_PARALLELIZE
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <limits>
+
+#include <omp.h>
 
 #include "core/check.h"
 #include "core/errors.h"
@@ -18,8 +24,45 @@ using Vector = Eigen::VectorXf;
 // Query rows processed per attention block: bounds the score matrix (block x columns) and lets
 // the causal mask skip most of the upper triangle (only block-sized wedges are computed twice).
 constexpr int kAttnRowBlock = 128;
+// Score entries (rows x columns) below which attention runs on one thread.
+constexpr int64_t kParallelAttnWork = 64 * 1024;
 // Rows of logits computed at once by NextTokenLogProbs (256 x 49152 floats = 50 MB).
 constexpr int kLogitRowBlock = 256;
+
+// Rows per thread below which a product runs on one thread.
+constexpr Eigen::Index kMinRowsPerThread = 128;
+
+// out (+)= a * w^T for w [out][in], split by rows of `a` across the OpenMP threads when large.
+template <typename A, typename Out>
+void MatMulT(const A& a, const RowMatrix& w, Out&& out, bool accumulate) {
+  const Eigen::Index rows = a.rows();
+  const int threads = static_cast<int>(std::min<Eigen::Index>(
+      omp_get_max_threads(), std::max<Eigen::Index>(1, rows / kMinRowsPerThread)));
+  if (threads <= 1) {
+    if (accumulate) {
+      out.noalias() += a * w.transpose();
+    } else {
+      out.noalias() = a * w.transpose();
+    }
+    return;
+  }
+  const Eigen::Index chunk = (rows + threads - 1) / threads;
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+  for (int t = 0; t < threads; ++t) {
+    const Eigen::Index r0 = t * chunk, rn = std::min(chunk, rows - r0);
+    if (rn <= 0) continue;
+    if (accumulate) {
+      out.middleRows(r0, rn).noalias() += a.middleRows(r0, rn) * w.transpose();
+    } else {
+      out.middleRows(r0, rn).noalias() = a.middleRows(r0, rn) * w.transpose();
+    }
+  }
+}
+
+void Project(const RowMatrix& a, const RowMatrix& w, RowMatrix* out) {
+  out->resize(a.rows(), w.rows());
+  MatMulT(a, w, *out, false);
+}
 
 void RmsNorm(const RowMatrix& x, const Vector& w, float eps, RowMatrix* out) {
   out->resize(x.rows(), x.cols());
@@ -302,9 +345,9 @@ ForwardResult LlamaModel::Forward(std::span<const int32_t> tokens, KvCache* cach
   for (int l = 0; l < c.n_layers; ++l) {
     const Weights::Layer& L = w_->layers[l];
     RmsNorm(x, L.attn_norm, c.rms_eps, &h);
-    q.noalias() = h * L.wq.transpose();
-    k.noalias() = h * L.wk.transpose();
-    v.noalias() = h * L.wv.transpose();
+    Project(h, L.wq, &q);
+    Project(h, L.wk, &k);
+    Project(h, L.wv, &v);
     ApplyRope(&q, c.n_heads, hd, c.rope_dims, c.rope_theta, P);
     ApplyRope(&k, c.n_kv_heads, hd, c.rope_dims, c.rope_theta, P);
 
@@ -323,7 +366,9 @@ ForwardResult LlamaModel::Forward(std::span<const int32_t> tokens, KvCache* cach
       vg[g].bottomRows(n) = v.middleCols(g * hd, hd);
     }
 
-#pragma omp parallel for schedule(dynamic, 1)
+    // Threads only pay off for real prefills: for decode steps (a few rows) the fork/join and
+    // the idle threads' spinning cost more than the heads' work (measured: 3x slower decode).
+#pragma omp parallel for schedule(dynamic, 1) if (int64_t{n} * (n + P) >= kParallelAttnWork)
     for (int hq = 0; hq < c.n_heads; ++hq) {
       const int g = hq / c.group_size();
       const int m = static_cast<int>(kept[l][g].size());
@@ -360,13 +405,13 @@ ForwardResult LlamaModel::Forward(std::span<const int32_t> tokens, KvCache* cach
         for (int j = 0; j < P + n; ++j) dst[j] += src[j];
       }
     }
-    x.noalias() += attn * L.wo.transpose();
+    MatMulT(attn, L.wo, x, true);
 
     RmsNorm(x, L.ffn_norm, c.rms_eps, &h);
-    gate.noalias() = h * L.w_gate.transpose();
-    up.noalias() = h * L.w_up.transpose();
+    Project(h, L.w_gate, &gate);
+    Project(h, L.w_up, &up);
     gate = (gate.array() / (1.0f + (-gate.array()).exp()) * up.array()).matrix();  // SiLU(g)*u
-    x.noalias() += gate * L.w_down.transpose();
+    MatMulT(gate, L.w_down, x, true);
 
     if (options.update_cache) {
       const size_t at = static_cast<size_t>(P) * kv_dim;
@@ -384,7 +429,7 @@ ForwardResult LlamaModel::Forward(std::span<const int32_t> tokens, KvCache* cach
   result.logits_rows = options.all_logits ? n : 1;
   result.logits.resize(static_cast<size_t>(result.logits_rows) * c.vocab_size);
   Eigen::Map<RowMatrix> logits(result.logits.data(), result.logits_rows, c.vocab_size);
-  logits.noalias() = hn.bottomRows(result.logits_rows) * w_->Output().transpose();
+  MatMulT(hn.bottomRows(result.logits_rows), w_->Output(), logits, false);
   return result;
 }
 
@@ -398,7 +443,8 @@ std::vector<double> LlamaModel::NextTokenLogProbs(const ForwardResult& result,
   RowMatrix logits;
   for (int r0 = 0; r0 < rows; r0 += kLogitRowBlock) {
     const int rb = std::min(kLogitRowBlock, rows - r0);
-    logits.noalias() = hidden.middleRows(r0, rb) * w_->Output().transpose();
+    logits.resize(rb, c.vocab_size);
+    MatMulT(hidden.middleRows(r0, rb), w_->Output(), logits, false);
     for (int i = 0; i < rb; ++i) {
       const int32_t t = next[r0 + i];
       if (t < 0 || t >= c.vocab_size) {

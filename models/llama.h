@@ -10,8 +10,10 @@
 // angle pos * freq_base^(-2i/rope_dims), the layout GGUF stores q/k in (llama.cpp
 // ROPE_TYPE_NORMAL). Query head h uses KV head h / (n_heads / n_kv_heads).
 //
-// Weights are dequantized to row-major float32 at Load (SmolLM2-135M: ~540 MB). GEMMs and the
-// per-head attention loop use OpenMP threads (OMP_NUM_THREADS; default all cores).
+// Weights are dequantized to row-major float32 at Load (SmolLM2-135M: ~540 MB). Products with
+// >= 256 rows are split by rows over OpenMP threads (OMP_NUM_THREADS, default all cores), and so
+// is the per-head attention loop of large prefills; decode steps and short queries run on one
+// thread (fork/join costs more than it saves there, badly so on a loaded machine).
 //
 // Thread safety: a loaded LlamaModel is immutable; Forward may run concurrently on distinct
 // KvCaches (each call is itself multithreaded, so concurrency rarely helps).
