@@ -23,5 +23,6 @@ const std::vector<Command>& AllCommands();
 int RunConfig(const Args& args);  // cli/cmd_config.cc
 int RunModel(const Args& args);   // cli/cmd_model.cc
 int RunTrace(const Args& args);   // cli/cmd_trace.cc
+int RunLm(const Args& args);      // cli/cmd_lm.cc
 
 }  // namespace kvtier::cli
