@@ -23,6 +23,7 @@ const std::vector<Command>& AllCommands();
 int RunConfig(const Args& args);  // cli/cmd_config.cc
 int RunModel(const Args& args);   // cli/cmd_model.cc
 int RunTrace(const Args& args);   // cli/cmd_trace.cc
+int RunSim(const Args& args);     // cli/cmd_sim.cc
 int RunLm(const Args& args);      // cli/cmd_lm.cc
 
 }  // namespace kvtier::cli

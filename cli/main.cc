@@ -15,6 +15,7 @@ const std::vector<Command>& AllCommands() {
       {"config", "print the resolved, validated configuration (or --keys, --check)", RunConfig},
       {"model", "a model's KV sizes and prefix recompute vs load times", RunModel},
       {"trace", "importance traces: gen, import-mooncake, stats, fit, info", RunTrace},
+      {"sim", "simulate systems on a trace and hardware profile; compare TTFT", RunSim},
       {"lm", "the real small LM (GGUF): generate, perplexity, tokenize", RunLm},
   };
   return kCommands;

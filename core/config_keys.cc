@@ -18,6 +18,8 @@ constexpr KeySpec kKeys[] = {
     // [experiment]
     {"experiment.name", K::kString, "unnamed", nullptr, "name stored with every run"},
     {"experiment.description", K::kString, "", nullptr, "free text"},
+    {"experiment.systems", K::kString, "", nullptr,
+     "systems `kvtier sim` compares, comma-separated (default: include.system)"},
 
     // [model] — configs/models/*.ini
     {"model.name", K::kString, nullptr, nullptr, "model name, e.g. opt-13b"},
@@ -86,7 +88,30 @@ constexpr KeySpec kKeys[] = {
 
     // [workload]
     {"workload.trace", K::kPath, "", nullptr, "trace file to replay"},
-    {"workload.importance", K::kString, "", nullptr, "importance model for traces without scores"},
+    {"workload.importance", K::kString, "", nullptr,
+     "importance model for traces without scores: 'key=value ...' (traces/FORMAT.md)"},
+    {"workload.retarget", K::kBool, "false", nullptr,
+     "replay a trace recorded for another model (layers mapped proportionally, heads cyclically)"},
+
+    // [hw] — `kvtier hw` (hw/hw_executor.h, docs/hw-mode.md)
+    {"hw.backend", K::kEnum, "auto", "auto|cuda|host", "device backend (auto: cuda if a GPU is present)"},
+    {"hw.compute", K::kEnum, "modeled", "modeled|real", "host compute: cost-model sleep or real Eigen GEMMs"},
+    {"hw.io_backend", K::kEnum, "auto", "auto|io_uring|pread", "SSD read engine (auto: io_uring, else pread)"},
+    {"hw.store_dir", K::kPath, "", nullptr, "chunk store directory on a real disk (default: <out>.store)"},
+    {"hw.store_capacity", K::kBytes, "8GiB", nullptr, "chunk store data file size"},
+    {"hw.allow_buffered", K::kBool, "false", nullptr, "accept a file system without O_DIRECT (recorded)"},
+    {"hw.store_sync", K::kBool, "false", nullptr, "fdatasync each chunk put (power-loss safety)"},
+    {"hw.keep_store", K::kBool, "false", nullptr, "keep the chunk store directory after the run"},
+    {"hw.max_memory", K::kBytes, "1GiB", nullptr, "cap on all host/device arenas (caches beyond it overflow)"},
+    {"hw.ring", K::kBytes, "64MiB", nullptr, "size of each staging, gather and device working ring"},
+    {"hw.pace_pcie", K::kBool, "true", nullptr, "host backend: pace copies to pcie.h2d_bw/d2h_bw"},
+    {"hw.verify", K::kBool, "false", nullptr, "check every byte of every chunk read"},
+
+    // [log] — what runs write to the results database
+    {"log.transfers", K::kBool, "true", nullptr, "write one row per transfer"},
+    {"log.chunk_decisions", K::kBool, "false", nullptr,
+     "write every cache move and prefetched chunk as a decision row (large)"},
+    {"log.progress", K::kDuration, "2s", nullptr, "wall time between progress lines on stderr"},
 };
 
 }  // namespace

@@ -246,54 +246,67 @@ void Pipeline::IssueLoads(RequestState& rs, int layer, KvKind kind, const Select
                           Purpose purpose, std::span<const OpId> after, LoadGroup* group,
                           bool demand) {
   const std::size_t nslots = rs.slots.size();
-  // Per slot: union of rows needed, and the bytes those rows are (per-head sets differ).
-  std::vector<std::vector<std::uint16_t>> rows(nslots);
-  std::vector<Bytes> need_bytes(nslots, 0);
-  std::vector<std::uint8_t> touched(nslots, 0), all_rows(nslots, 0);
+  // Per slot: the union of rows needed (sorted) and the bytes those rows are (per-head sets
+  // differ). Tokens are marked first and then walked in prefix order, which yields each slot's
+  // rows already sorted unless its segment was reordered; scratch buffers are reused.
+  thread_local std::vector<std::uint8_t> mark;
+  thread_local std::vector<std::uint32_t> count, offset;
+  thread_local std::vector<std::uint16_t> flat;
+  thread_local std::vector<Bytes> need_bytes;
+  mark.assign(std::size_t(rs.n), 0);
+  count.assign(nslots, 0);
+  need_bytes.assign(nslots, 0);
   const Bytes token_bytes = kind == KvKind::kProbeKey
                                 ? Bytes(options_.system.itf_options.probe_heads) * model_.RowBytes()
                                 : model_.KBytesPerTokenLayer();
+  std::int64_t lo = 0, hi = rs.n;
   if (kind == KvKind::kProbeKey || sel.kind == Selection::Kind::kAll) {
-    const std::int64_t b = kind == KvKind::kProbeKey ? 0 : sel.begin;
-    const std::int64_t e = kind == KvKind::kProbeKey ? rs.n : sel.end;
-    for (std::int64_t t = b; t < e; ++t) {
-      const std::uint32_t s = rs.slot_of[std::size_t(t)];
-      touched[s] = 1;
-      rows[s].push_back(rs.row_of[std::size_t(t)]);
-      need_bytes[s] += token_bytes;
-    }
-    for (std::size_t s = 0; s < nslots; ++s) {
-      all_rows[s] = touched[s] && int(rows[s].size()) == rs.slots[s].tokens;
-    }
+    if (kind != KvKind::kProbeKey) lo = sel.begin, hi = sel.end;
+    std::fill(mark.begin() + lo, mark.begin() + hi, 1);
+    for (std::int64_t t = lo; t < hi; ++t) need_bytes[rs.slot_of[std::size_t(t)]] += token_bytes;
   } else if (sel.kind == Selection::Kind::kShared) {
     for (std::int32_t t : sel.shared) {
-      const std::uint32_t s = rs.slot_of[std::size_t(t)];
-      touched[s] = 1;
-      rows[s].push_back(rs.row_of[std::size_t(t)]);
-      need_bytes[s] += token_bytes;
+      mark[std::size_t(t)] = 1;
+      need_bytes[rs.slot_of[std::size_t(t)]] += token_bytes;
     }
   } else {
+    const Bytes row = model_.RowBytes();
     for (const TokenSet& head : sel.per_head) {
       for (std::int32_t t : head) {
-        const std::uint32_t s = rs.slot_of[std::size_t(t)];
-        touched[s] = 1;
-        rows[s].push_back(rs.row_of[std::size_t(t)]);
-        need_bytes[s] += model_.RowBytes();
+        mark[std::size_t(t)] = 1;
+        need_bytes[rs.slot_of[std::size_t(t)]] += row;
       }
     }
   }
+  for (std::int64_t t = lo; t < hi; ++t) {
+    if (mark[std::size_t(t)]) ++count[rs.slot_of[std::size_t(t)]];
+  }
+  offset.resize(nslots + 1);
+  offset[0] = 0;
+  for (std::size_t s = 0; s < nslots; ++s) offset[s + 1] = offset[s] + count[s];
+  flat.resize(offset[nslots]);
+  std::fill(count.begin(), count.end(), 0);
+  for (std::int64_t t = lo; t < hi; ++t) {
+    if (!mark[std::size_t(t)]) continue;
+    const std::uint32_t s = rs.slot_of[std::size_t(t)];
+    flat[offset[s] + count[s]++] = rs.row_of[std::size_t(t)];
+  }
+  auto rows_of = [&](std::size_t s) {
+    return std::span<std::uint16_t>(flat.data() + offset[s], count[s]);
+  };
 
   std::vector<CacheMove> moves;
   for (std::size_t s = 0; s < nslots; ++s) {
-    if (!touched[s]) continue;
-    auto& r = rows[s];
-    std::sort(r.begin(), r.end());
-    r.erase(std::unique(r.begin(), r.end()), r.end());
+    if (count[s] == 0) continue;
+    std::span<std::uint16_t> rspan = rows_of(s);
+    if (!std::is_sorted(rspan.begin(), rspan.end())) std::sort(rspan.begin(), rspan.end());
+    const std::vector<std::uint16_t> r(rspan.begin(), rspan.end());
     const auto& slot = rs.slots[s];
     const Segment* seg = tree_->FindSegment(slot.segment);
     const ChunkId id = ChunkId::Make(slot.segment, kind, std::uint32_t(layer), slot.chunk);
     const Bytes chunk_bytes = ChunkBytes(*seg, slot.chunk, kind);
-    const bool partial = !all_rows[s] && int(r.size()) < slot.tokens;
+    const bool whole = int(r.size()) == slot.tokens;
+    const bool partial = !whole;
     Bytes move_bytes = need_bytes[s];
     Source source;
     const PrefetchEntry* pre = nullptr;
@@ -347,7 +360,7 @@ void Pipeline::IssueLoads(RequestState& rs, int layer, KvKind kind, const Select
     if (!demand) {
       group->fetched.emplace_back(id, source);
       group->fetched_rows.emplace_back(id, r);
-      group->fetched_all.push_back(all_rows[s]);
+      group->fetched_all.push_back(whole ? 1 : 0);
       continue;
     }
     group->needed.push_back(id);
@@ -466,14 +479,18 @@ Status Pipeline::RunLayers(RequestState& rs) {
     rs.rec.ssd_read_chunks += g.ssd_reads;
   };
 
-  // Prefetches `kind` chunks of `layer` for `sel`; remembers where each came from.
-  auto prefetch = [&](int layer, KvKind kind, const Selection& sel, Purpose purpose) {
+  // Prefetches `kind` chunks of `layer` for `sel` once `after` (the current layer's demand
+  // loads) are done: demand has priority over speculation, as the io engine's classes give it
+  // on hardware; a fluid simulator would otherwise let them share the SSD and PCIe equally.
+  auto prefetch = [&](int layer, KvKind kind, const Selection& sel, Purpose purpose,
+                      const std::vector<OpId>& after) {
     LoadGroup g;
     IssueLoads(rs, layer, kind, sel, purpose, {}, &g, /*demand=*/false);
     // Which terminal op brings each source's chunks.
     OpId from_ssd_op = kNoOp, from_cpu_op = kNoOp;
     const bool has_ssd = g.h2d_from_ssd.bytes > 0, has_cpu = g.h2d_from_cpu.bytes > 0;
-    submit_group(g, purpose, layer, {}, true);
+    submit_group(g, purpose, layer, after, true);
+    const std::vector<OpId> terminal = g.terminal;
     std::size_t next = 0;
     if (has_ssd) from_ssd_op = g.terminal[next++];
     if (has_cpu) from_cpu_op = g.terminal[next++];
@@ -482,13 +499,14 @@ Status Pipeline::RunLayers(RequestState& rs) {
       PrefetchEntry e;
       e.source = source;
       e.op = source == Source::kSsd ? from_ssd_op : source == Source::kCpu ? from_cpu_op : kNoOp;
-      e.all_rows = g.fetched_all[i];
+      e.all_rows = g.fetched_all[i] != 0;
       e.rows = std::move(g.fetched_rows[i].second);
       rs.prefetched[id] = std::move(e);
       if (options_.log_chunk_decisions) {
         log_->LogDecision({rs.req->id, layer, "prefetch", id.value, "", false});
       }
     }
+    return terminal;
   };
 
   for (int l = 0; l < L; ++l) {
@@ -576,18 +594,22 @@ Status Pipeline::RunLayers(RequestState& rs) {
 
     // Layer-aware prefetch for l+1, submitted before layer l's compute (SPEC §IV-C).
     if (overlap && l + 1 < L) {
+      const std::vector<OpId> demand_done = deps;
       if (sys.itf) {
-        prefetch(l + 1, KvKind::kProbeKey, SelectAll(rs), Purpose::kPrefetch);
+        // Probe keys first: they gate layer l+1's ITF decision (io classes probe > prefetch).
+        std::vector<OpId> probes_done =
+            prefetch(l + 1, KvKind::kProbeKey, SelectAll(rs), Purpose::kProbe, demand_done);
+        probes_done.insert(probes_done.end(), demand_done.begin(), demand_done.end());
         Selection predicted;
         predicted.kind = Selection::Kind::kShared;
         predicted.shared = PredictNextLayer(sel.shared, sel.per_head);
-        prefetch(l + 1, KvKind::kKey, predicted, Purpose::kPrefetch);
-        prefetch(l + 1, KvKind::kValue, predicted, Purpose::kPrefetch);
+        prefetch(l + 1, KvKind::kKey, predicted, Purpose::kPrefetch, probes_done);
+        prefetch(l + 1, KvKind::kValue, predicted, Purpose::kPrefetch, probes_done);
       } else if (sys.select == SelectPolicy::kH2o) {
-        prefetch(l + 1, KvKind::kKey, SelectAll(rs), Purpose::kPrefetch);
+        prefetch(l + 1, KvKind::kKey, SelectAll(rs), Purpose::kPrefetch, demand_done);
       } else {
-        prefetch(l + 1, KvKind::kKey, SelectAll(rs), Purpose::kPrefetch);
-        prefetch(l + 1, KvKind::kValue, SelectAll(rs), Purpose::kPrefetch);
+        prefetch(l + 1, KvKind::kKey, SelectAll(rs), Purpose::kPrefetch, demand_done);
+        prefetch(l + 1, KvKind::kValue, SelectAll(rs), Purpose::kPrefetch, demand_done);
       }
     }
 

@@ -1,0 +1,219 @@
+#include "analysis/results_db.h"
+
+#include <sqlite3.h>
+
+#include <chrono>
+#include <ctime>
+
+#include "core/errors.h"
+
+namespace kvtier {
+
+extern const char* const kResultsSchemaSql;  // generated from analysis/schema.sql
+
+namespace {
+
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql, const std::string& path) : db_(db) {
+    if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK) {
+      throw InputError(path + ": cannot prepare statement: " + sqlite3_errmsg(db));
+    }
+  }
+  ~Stmt() { sqlite3_finalize(stmt_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+  Stmt& Bind(int i, long long v) { sqlite3_bind_int64(stmt_, i, v); return *this; }
+  Stmt& Bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); return *this; }
+  Stmt& Bind(int i, const std::string& v) {
+    sqlite3_bind_text(stmt_, i, v.c_str(), int(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& BindNull(int i) { sqlite3_bind_null(stmt_, i); return *this; }
+  // Steps once; returns true if a row is available.
+  bool Step(const std::string& path) {
+    int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc != SQLITE_DONE) throw InputError(path + ": write failed: " + sqlite3_errmsg(db_));
+    return false;
+  }
+  void Reset() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
+  sqlite3_stmt* get() { return stmt_; }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+std::string NowUtc() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+class SqliteRunLog : public RunLog {
+ public:
+  SqliteRunLog(ResultsDb* db, long long run_id, bool log_decisions)
+      : db_(db), run_(run_id), log_decisions_(log_decisions),
+        request_(db->handle(),
+                 "INSERT OR REPLACE INTO requests VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
+                 "?,?,?,?)",
+                 db->path()),
+        layer_(db->handle(), "INSERT INTO layers VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", db->path()),
+        transfer_(db->handle(), "INSERT INTO transfers VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                  db->path()),
+        decision_(db->handle(), "INSERT INTO decisions VALUES (?,?,?,?,?,?,?)", db->path()),
+        metric_(db->handle(), "INSERT OR REPLACE INTO metrics VALUES (?,?,?)", db->path()) {
+    Begin();
+  }
+  ~SqliteRunLog() override {
+    try {
+      Commit();
+    } catch (...) {
+    }
+  }
+
+  void LogRequest(const RequestRecord& r) override {
+    Stmt& s = request_;
+    s.Bind(1, run_).Bind(2, (long long)r.request_id).Bind(3, r.arrival_s).Bind(4, r.start_s);
+    s.Bind(5, r.end_s).Bind(6, (long long)r.prefix_tokens).Bind(7, (long long)r.reused_tokens);
+    s.Bind(8, (long long)r.query_tokens).Bind(9, (long long)r.important_tokens);
+    s.Bind(10, r.ttft_s).Bind(11, r.ttft_arrival_s).Bind(12, r.start_s - r.arrival_s);
+    s.Bind(13, r.io_stall_s).Bind(14, (long long)r.ssd_read_bytes);
+    s.Bind(15, (long long)r.ssd_write_bytes).Bind(16, (long long)r.pcie_h2d_bytes);
+    s.Bind(17, (long long)r.pcie_d2h_bytes).Bind(18, (long long)r.gpu_hit_chunks);
+    s.Bind(19, (long long)r.cpu_hit_chunks).Bind(20, (long long)r.ssd_read_chunks);
+    s.Bind(21, (long long)r.itf_layers).Bind(22, (long long)r.itf_fallback_layers);
+    s.Bind(23, (long long)r.warmup).Bind(24, r.status);
+    s.Step(db_->path());
+    s.Reset();
+  }
+  void LogLayer(const LayerRecord& r) override {
+    Stmt& s = layer_;
+    s.Bind(1, run_).Bind(2, (long long)r.request_id).Bind(3, (long long)r.layer);
+    if (r.itf_similarity < 0) {
+      s.BindNull(4).BindNull(5);
+    } else {
+      s.Bind(4, r.itf_similarity).Bind(5, r.itf_threshold);
+    }
+    s.Bind(6, (long long)r.itf_fallback).Bind(7, (long long)r.selected_tokens);
+    s.Bind(8, (long long)r.loaded_chunks).Bind(9, (long long)r.prefetched_chunks);
+    s.Bind(10, (long long)r.prefetch_used_chunks).Bind(11, r.start_s).Bind(12, r.end_s);
+    s.Bind(13, r.stall_s);
+    s.Step(db_->path());
+    s.Reset();
+  }
+  void LogTransfer(const TransferRecord& r) override {
+    Stmt& s = transfer_;
+    s.Bind(1, run_).Bind(2, (long long)r.request_id).Bind(3, (long long)r.layer);
+    s.Bind(4, std::string(TierName(r.src))).Bind(5, std::string(TierName(r.dst)));
+    s.Bind(6, std::string(TransferKindName(r.kind))).Bind(7, std::string(PurposeName(r.purpose)));
+    s.Bind(8, (long long)r.bytes).Bind(9, (long long)r.ios).Bind(10, r.submit_s);
+    s.Bind(11, r.start_s).Bind(12, r.end_s);
+    s.Step(db_->path());
+    s.Reset();
+  }
+  void LogDecision(const DecisionRecord& r) override {
+    if (!log_decisions_) return;
+    Stmt& s = decision_;
+    s.Bind(1, run_).Bind(2, (long long)r.request_id).Bind(3, (long long)r.layer);
+    s.Bind(4, r.kind).Bind(5, (long long)r.chunk).Bind(6, r.detail);
+    s.Bind(7, (long long)r.timing_dependent);
+    s.Step(db_->path());
+    s.Reset();
+  }
+  void LogMetric(const std::string& name, double value) override {
+    metric_.Bind(1, run_).Bind(2, name).Bind(3, value);
+    metric_.Step(db_->path());
+    metric_.Reset();
+  }
+  void Flush() override {
+    Commit();
+    Begin();
+  }
+
+ private:
+  void Begin() { db_->Exec("BEGIN"); }
+  void Commit() { db_->Exec("COMMIT"); }
+
+  ResultsDb* db_;
+  long long run_;
+  bool log_decisions_;
+  Stmt request_, layer_, transfer_, decision_, metric_;
+};
+
+}  // namespace
+
+ResultsDb::ResultsDb(const std::string& path) : path_(path) {
+  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
+      SQLITE_OK) {
+    std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw InputError(path + ": cannot open results database: " + msg);
+  }
+  sqlite3_busy_timeout(db_, 60000);
+  Exec("PRAGMA journal_mode = WAL");
+  Exec("PRAGMA synchronous = NORMAL");
+  Exec(kResultsSchemaSql);
+}
+
+ResultsDb::~ResultsDb() { sqlite3_close(db_); }
+
+void ResultsDb::Exec(const std::string& sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    throw InputError(path_ + ": " + msg);
+  }
+}
+
+long long ResultsDb::BeginRun(const RunInfo& info) {
+  Stmt s(db_,
+         "INSERT INTO runs (mode, experiment, system, model, hardware, trace, trace_sha256, config,"
+         " config_sha256, git_commit, started_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+         path_);
+  s.Bind(1, info.mode).Bind(2, info.experiment).Bind(3, info.system).Bind(4, info.model);
+  s.Bind(5, info.hardware).Bind(6, info.trace).Bind(7, info.trace_sha256).Bind(8, info.config);
+  s.Bind(9, info.config_sha256).Bind(10, GitCommit()).Bind(11, NowUtc());
+  s.Step(path_);
+  return sqlite3_last_insert_rowid(db_);
+}
+
+void ResultsDb::EndRun(long long run_id, double wall_s, bool complete, const std::string& status) {
+  Stmt s(db_, "UPDATE runs SET wall_s = ?, complete = ?, status = ? WHERE run_id = ?", path_);
+  s.Bind(1, wall_s).Bind(2, (long long)complete).Bind(3, status).Bind(4, run_id);
+  s.Step(path_);
+}
+
+bool ResultsDb::HasCompleteRun(const std::string& config_sha256, const std::string& mode) {
+  Stmt s(db_, "SELECT 1 FROM runs WHERE config_sha256 = ? AND mode = ? AND complete = 1 LIMIT 1",
+         path_);
+  s.Bind(1, config_sha256).Bind(2, mode);
+  return s.Step(path_);
+}
+
+void ResultsDb::DeleteIncompleteRuns(const std::string& config_sha256, const std::string& mode) {
+  Stmt s(db_, "DELETE FROM runs WHERE config_sha256 = ? AND mode = ? AND complete = 0", path_);
+  s.Bind(1, config_sha256).Bind(2, mode);
+  s.Step(path_);
+}
+
+std::unique_ptr<RunLog> ResultsDb::NewRunLog(long long run_id, bool log_decisions) {
+  return std::make_unique<SqliteRunLog>(this, run_id, log_decisions);
+}
+
+std::string GitCommit() {
+#ifdef KVTIER_GIT_COMMIT
+  return KVTIER_GIT_COMMIT;
+#else
+  return "unknown";
+#endif
+}
+
+}  // namespace kvtier

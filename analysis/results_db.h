@@ -1,0 +1,69 @@
+#pragma once
+// ResultsDb: the SQLite file both modes write (schema: analysis/schema.sql, documented in
+// analysis/SCHEMA.md). A run is a row in `runs` created with complete = 0; its requests,
+// layers, transfers and decisions are written by SqliteRunLog in one transaction per request
+// (RunLog::Flush), with WAL journaling, so a killed run leaves a consistent file whose run is
+// marked incomplete (status 'running'). Several processes may write one file (sweeps): writes
+// wait on the lock (busy timeout) instead of failing.
+//
+// Errors opening or writing the file are InputErrors naming the path (exit 2 in the CLI).
+// Not thread-safe: one ResultsDb per thread/process.
+
+#include <memory>
+#include <string>
+
+#include "core/run_log.h"
+
+struct sqlite3;
+
+namespace kvtier {
+
+struct RunInfo {
+  std::string mode = "sim";  // "sim" | "hw"
+  std::string experiment;
+  std::string system;
+  std::string model;
+  std::string hardware;
+  std::string trace;
+  std::string trace_sha256;
+  std::string config;        // resolved configuration text
+  std::string config_sha256;
+};
+
+class ResultsDb {
+ public:
+  // Opens or creates `path` and applies the schema. Throws InputError.
+  explicit ResultsDb(const std::string& path);
+  ~ResultsDb();
+  ResultsDb(const ResultsDb&) = delete;
+  ResultsDb& operator=(const ResultsDb&) = delete;
+
+  // Inserts a run row (complete = 0) and returns its id.
+  long long BeginRun(const RunInfo& info);
+  // Marks the run finished: wall time, complete flag and status ("ok" or the error).
+  void EndRun(long long run_id, double wall_s, bool complete, const std::string& status);
+  // True if a complete run of this configuration and mode exists (sweep resume).
+  bool HasCompleteRun(const std::string& config_sha256, const std::string& mode);
+  // Deletes incomplete runs of this configuration (left by an interrupted sweep).
+  void DeleteIncompleteRuns(const std::string& config_sha256, const std::string& mode);
+
+  // A RunLog that writes the rows of `run_id`. Valid while this ResultsDb lives.
+  std::unique_ptr<RunLog> NewRunLog(long long run_id, bool log_decisions = true);
+
+  // Runs SQL (e.g. analysis/views.sql) on the file. Throws InputError on failure.
+  void Exec(const std::string& sql);
+  sqlite3* handle() { return db_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  sqlite3* db_ = nullptr;
+};
+
+// Hex SHA-256 of a file's bytes ("" and no throw if it cannot be read) and of a string.
+std::string Sha256File(const std::string& path);
+std::string Sha256(const std::string& data);
+// The git commit kvtier was built from (configure time), or "unknown".
+std::string GitCommit();
+
+}  // namespace kvtier

@@ -1,0 +1,103 @@
+-- kvtier results schema (both modes). Units are in column names: _s seconds, _bytes bytes.
+-- Documented column by column in analysis/SCHEMA.md. Applied by ResultsDb::Open.
+PRAGMA foreign_keys = ON;
+
+CREATE TABLE IF NOT EXISTS runs (
+  run_id        INTEGER PRIMARY KEY,
+  mode          TEXT NOT NULL CHECK (mode IN ('sim', 'hw')),
+  experiment    TEXT NOT NULL,
+  system        TEXT NOT NULL,
+  model         TEXT NOT NULL,
+  hardware      TEXT NOT NULL,
+  trace         TEXT NOT NULL,
+  trace_sha256  TEXT NOT NULL,
+  config        TEXT NOT NULL,   -- fully resolved configuration, "key = value" lines
+  config_sha256 TEXT NOT NULL,   -- identifies a configuration point (sweep resume)
+  git_commit    TEXT NOT NULL,
+  started_at    TEXT NOT NULL,   -- UTC, ISO 8601
+  wall_s        REAL,            -- wall-clock duration of the run
+  complete      INTEGER NOT NULL DEFAULT 0,  -- 1 once every request was logged
+  status        TEXT NOT NULL DEFAULT 'running'
+);
+
+CREATE TABLE IF NOT EXISTS requests (
+  run_id              INTEGER NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  request_id          INTEGER NOT NULL,
+  arrival_s           REAL NOT NULL,
+  start_s             REAL NOT NULL,
+  end_s               REAL NOT NULL,
+  prefix_tokens       INTEGER NOT NULL,
+  reused_tokens       INTEGER NOT NULL,
+  query_tokens        INTEGER NOT NULL,
+  important_tokens    INTEGER NOT NULL,
+  ttft_s              REAL NOT NULL,
+  ttft_arrival_s      REAL NOT NULL,
+  queue_s             REAL NOT NULL,
+  io_stall_s          REAL NOT NULL,
+  ssd_read_bytes      INTEGER NOT NULL,
+  ssd_write_bytes     INTEGER NOT NULL,
+  pcie_h2d_bytes      INTEGER NOT NULL,
+  pcie_d2h_bytes      INTEGER NOT NULL,
+  gpu_hit_chunks      INTEGER NOT NULL,
+  cpu_hit_chunks      INTEGER NOT NULL,
+  ssd_read_chunks     INTEGER NOT NULL,
+  itf_layers          INTEGER NOT NULL,
+  itf_fallback_layers INTEGER NOT NULL,
+  warmup              INTEGER NOT NULL,
+  status              TEXT NOT NULL,
+  PRIMARY KEY (run_id, request_id)
+);
+
+CREATE TABLE IF NOT EXISTS layers (
+  run_id               INTEGER NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  request_id           INTEGER NOT NULL,
+  layer                INTEGER NOT NULL,
+  itf_similarity       REAL,     -- NULL when ITF did not run
+  itf_threshold        REAL,
+  itf_fallback         INTEGER NOT NULL,
+  selected_tokens      INTEGER NOT NULL,
+  loaded_chunks        INTEGER NOT NULL,
+  prefetched_chunks    INTEGER NOT NULL,
+  prefetch_used_chunks INTEGER NOT NULL,
+  start_s              REAL NOT NULL,
+  end_s                REAL NOT NULL,
+  stall_s              REAL NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS transfers (
+  run_id     INTEGER NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  request_id INTEGER NOT NULL,
+  layer      INTEGER NOT NULL,   -- -1: not tied to one layer
+  src        TEXT NOT NULL,      -- gpu | cpu | ssd
+  dst        TEXT NOT NULL,
+  kind       TEXT NOT NULL,      -- ssd_read | ssd_write | h2d | d2h | cpu_gather
+  purpose    TEXT NOT NULL,      -- probe | demand | prefetch | cake_load | store | reorder | promote | demote
+  bytes      INTEGER NOT NULL,
+  ios        INTEGER NOT NULL,
+  submit_s   REAL NOT NULL,
+  start_s    REAL NOT NULL,
+  end_s      REAL NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS decisions (
+  run_id           INTEGER NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  request_id       INTEGER NOT NULL,
+  layer            INTEGER NOT NULL,
+  kind             TEXT NOT NULL,  -- itf | admit | evict | promote | demote | prefetch | store | reorder | cake_load | cake_meet
+  chunk            INTEGER NOT NULL,
+  detail           TEXT NOT NULL,
+  timing_dependent INTEGER NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS metrics (
+  run_id INTEGER NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  name   TEXT NOT NULL,
+  value  REAL NOT NULL,
+  PRIMARY KEY (run_id, name)
+);
+
+CREATE INDEX IF NOT EXISTS requests_by_run ON requests(run_id);
+CREATE INDEX IF NOT EXISTS layers_by_run ON layers(run_id, request_id);
+CREATE INDEX IF NOT EXISTS transfers_by_run ON transfers(run_id, request_id);
+CREATE INDEX IF NOT EXISTS decisions_by_run ON decisions(run_id, request_id);
+CREATE INDEX IF NOT EXISTS runs_by_config ON runs(config_sha256, mode);

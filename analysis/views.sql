@@ -1,0 +1,78 @@
+-- Views over the results schema for the comparisons users want. Applied by ResultsDb::Open,
+-- so every results file has them. Statistics use measured requests only (warmup = 0) of
+-- complete runs, unless the view says otherwise. Percentiles are nearest-rank.
+
+-- Requests of complete runs, excluding warm-up, ranked by TTFT within their run.
+CREATE VIEW IF NOT EXISTS measured_requests AS
+SELECT q.*,
+       ROW_NUMBER() OVER (PARTITION BY q.run_id ORDER BY q.ttft_s, q.request_id) AS ttft_rank,
+       COUNT(*) OVER (PARTITION BY q.run_id) AS run_requests
+FROM requests q JOIN runs r USING (run_id)
+WHERE r.complete = 1 AND q.warmup = 0 AND q.status = 'ok';
+
+-- One row per run: what `kvtier sim` prints.
+CREATE VIEW IF NOT EXISTS run_summary AS
+SELECT r.run_id, r.mode, r.experiment, r.system, r.model, r.hardware, r.trace,
+       COUNT(*) AS requests,
+       AVG(m.ttft_s) AS mean_ttft_s,
+       MIN(CASE WHEN m.ttft_rank >= 0.50 * m.run_requests THEN m.ttft_s END) AS p50_ttft_s,
+       MIN(CASE WHEN m.ttft_rank >= 0.99 * m.run_requests THEN m.ttft_s END) AS p99_ttft_s,
+       AVG(m.ttft_arrival_s) AS mean_ttft_arrival_s,
+       AVG(m.queue_s) AS mean_queue_s,
+       AVG(m.io_stall_s) AS mean_io_stall_s,
+       AVG(m.ssd_read_bytes) AS mean_ssd_read_bytes,
+       SUM(m.ssd_read_bytes) AS ssd_read_bytes,
+       SUM(m.pcie_h2d_bytes) AS pcie_h2d_bytes,
+       1.0 * SUM(m.gpu_hit_chunks) /
+           NULLIF(SUM(m.gpu_hit_chunks + m.cpu_hit_chunks + m.ssd_read_chunks), 0) AS gpu_hit_ratio,
+       1.0 * SUM(m.cpu_hit_chunks) /
+           NULLIF(SUM(m.gpu_hit_chunks + m.cpu_hit_chunks + m.ssd_read_chunks), 0) AS cpu_hit_ratio,
+       1.0 * SUM(m.itf_fallback_layers) / NULLIF(SUM(m.itf_layers), 0) AS itf_fallback_rate,
+       AVG(1.0 * m.reused_tokens / NULLIF(m.prefix_tokens, 0)) AS mean_reuse_ratio,
+       r.wall_s
+FROM runs r JOIN measured_requests m USING (run_id)
+GROUP BY r.run_id;
+
+-- TTFT distribution: one row per measured request with its cumulative fraction.
+CREATE VIEW IF NOT EXISTS ttft_cdf AS
+SELECT m.run_id, r.system, m.ttft_s, 1.0 * m.ttft_rank / m.run_requests AS fraction
+FROM measured_requests m JOIN runs r USING (run_id);
+
+-- Per layer: tokens kept of the reused prefix, ITF fallback rate, prefetch accuracy, stall.
+CREATE VIEW IF NOT EXISTS layer_retention AS
+SELECT l.run_id, r.system, l.layer,
+       AVG(1.0 * l.selected_tokens / NULLIF(q.reused_tokens, 0)) AS retention,
+       AVG(l.itf_fallback) AS itf_fallback_rate,
+       AVG(l.itf_similarity) AS mean_itf_similarity,
+       SUM(l.prefetch_used_chunks) * 1.0 / NULLIF(SUM(l.prefetched_chunks), 0) AS prefetch_used_ratio,
+       AVG(l.stall_s) AS mean_stall_s
+FROM layers l JOIN requests q USING (run_id, request_id) JOIN runs r USING (run_id)
+WHERE r.complete = 1 AND q.warmup = 0
+GROUP BY l.run_id, l.layer;
+
+-- Bytes and busy time per transfer kind and purpose.
+CREATE VIEW IF NOT EXISTS io_breakdown AS
+SELECT t.run_id, r.system, t.kind, t.purpose,
+       COUNT(*) AS transfers, SUM(t.bytes) AS bytes, SUM(t.ios) AS ios,
+       SUM(t.end_s - t.start_s) AS busy_s,
+       SUM(t.start_s - t.submit_s) AS queued_s
+FROM transfers t JOIN runs r USING (run_id)
+WHERE r.complete = 1
+GROUP BY t.run_id, t.kind, t.purpose;
+
+-- Where the chunks a run used came from.
+CREATE VIEW IF NOT EXISTS hit_ratios AS
+SELECT run_id, system, gpu_hit_ratio, cpu_hit_ratio,
+       1.0 - COALESCE(gpu_hit_ratio, 0) - COALESCE(cpu_hit_ratio, 0) AS ssd_ratio
+FROM run_summary;
+
+-- Each run against the as_h2o_lfu run of the same experiment, model and hardware (the
+-- paper's ablation baseline, Fig. 18): TTFT normalised to 1.
+CREATE VIEW IF NOT EXISTS ablation_delta AS
+SELECT s.run_id, s.experiment, s.model, s.hardware, s.system,
+       s.mean_ttft_s, b.mean_ttft_s AS baseline_mean_ttft_s,
+       s.mean_ttft_s / b.mean_ttft_s AS normalized_ttft,
+       s.mean_io_stall_s / NULLIF(b.mean_io_stall_s, 0) AS normalized_io_stall
+FROM run_summary s JOIN run_summary b
+  ON b.experiment = s.experiment AND b.model = s.model AND b.hardware = s.hardware
+ AND b.mode = s.mode AND b.system = 'as_h2o_lfu';

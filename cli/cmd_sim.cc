@@ -1,0 +1,251 @@
+// kvtier sim: replay a trace through one or more systems in the simulator and compare them.
+//
+//   kvtier sim --config configs/experiments/X.ini [--systems a,b,c] --out R.sqlite
+//              [--jobs N] [--section.key=value ...]
+//
+// Each system runs in its own child process (SimGrid starts clean each time) and writes one
+// run into the same SQLite file; the parent prints a comparison table from the run_summary
+// view. Every system's configuration is validated before any simulation starts.
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include "analysis/results_db.h"
+#include "cli/commands.h"
+#include "cli/sim_common.h"
+#include "core/config.h"
+#include "core/errors.h"
+#include "core/options.h"
+#include "core/units.h"
+#include "sim/simulate.h"
+
+namespace kvtier::cli {
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    auto b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
+  }
+  return out;
+}
+
+std::string ResolveTrace(const Config& config, const std::string& experiment_path) {
+  std::string trace = config.GetString("workload.trace");
+  if (trace.empty()) {
+    throw ConfigError(experiment_path + ": workload.trace: no trace given (generate one with "
+                      "`kvtier trace gen`, or import one with `kvtier trace import-mooncake`)");
+  }
+  if (const char* home = std::getenv("HOME"); home && trace.rfind("~/", 0) == 0) {
+    trace = std::string(home) + trace.substr(1);
+  }
+  fs::path p(trace);
+  if (p.is_relative() && !fs::exists(p)) {
+    fs::path near = fs::path(experiment_path).parent_path() / p;
+    if (fs::exists(near)) p = near;
+  }
+  if (!fs::exists(p)) throw ConfigError(config.Where("workload.trace") + ": no file " + trace);
+  return p.string();
+}
+
+int RunChild(const Config& config, const std::string& trace, const std::string& out,
+             const std::string& label, double progress_s, int result_fd) {
+  auto last = std::chrono::steady_clock::now();
+  auto progress = [&](long long done, long long total, double sim_s) {
+    auto now = std::chrono::steady_clock::now();
+    if (std::chrono::duration<double>(now - last).count() < progress_s) return;
+    last = now;
+    if (total > 0) {
+      std::fprintf(stderr, "  %-12s %lld/%lld requests (%.0f%%), simulated %.1f s\n",
+                   label.c_str(), done, total, 100.0 * double(done) / double(total), sim_s);
+    } else {
+      std::fprintf(stderr, "  %-12s %lld requests, simulated %.1f s\n", label.c_str(), done,
+                   sim_s);
+    }
+  };
+  try {
+    sim::SimulationResult r = sim::RunSimulation(config, trace, out, progress);
+    std::fprintf(stderr, "  %-12s done: %lld requests, %.1f s simulated, %.2f s wall (%.0f req/s)\n",
+                 label.c_str(), r.requests, r.simulated_s, r.wall_s,
+                 r.wall_s > 0 ? double(r.requests) / r.wall_s : 0.0);
+    std::string id = std::to_string(r.run_id) + "\n";
+    if (write(result_fd, id.data(), id.size()) < 0) return 1;
+    return 0;
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "kvtier sim (%s): error: %s\n", label.c_str(), e.what());
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvtier sim (%s): internal error: %s\n", label.c_str(), e.what());
+    return 1;
+  }
+}
+
+std::vector<long long> RunSystems(const std::vector<std::pair<std::string, Config>>& runs,
+                                  const std::string& trace, const std::string& out, int jobs,
+                                  double progress_s, int* worst_exit) {
+  std::vector<long long> run_ids;
+  std::map<pid_t, int> children;  // pid -> read end of its result pipe
+  std::size_t next = 0;
+  *worst_exit = 0;
+  auto reap_one = [&] {
+    int status = 0;
+    pid_t pid = ::wait(&status);
+    if (pid <= 0) return;
+    int fd = children[pid];
+    children.erase(pid);
+    char buf[64] = {0};
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    if (code == 0 && n > 0) run_ids.push_back(std::atoll(buf));
+    if (code != 0) *worst_exit = std::max(*worst_exit, code);
+  };
+  while (next < runs.size() || !children.empty()) {
+    while (next < runs.size() && int(children.size()) < jobs) {
+      int fds[2];
+      if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+      std::fflush(nullptr);
+      pid_t pid = fork();
+      if (pid < 0) throw std::runtime_error("fork failed");
+      if (pid == 0) {
+        close(fds[0]);
+        int code = RunChild(runs[next].second, trace, out, runs[next].first, progress_s, fds[1]);
+        std::fflush(nullptr);
+        _exit(code);
+      }
+      close(fds[1]);
+      children[pid] = fds[0];
+      ++next;
+    }
+    reap_one();
+  }
+  return run_ids;
+}
+
+void PrintComparison(const std::string& out, const std::vector<long long>& run_ids) {
+  if (run_ids.empty()) return;
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(out.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) return;
+  std::string ids;
+  for (long long id : run_ids) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  const std::string sql =
+      "SELECT system, requests, mean_ttft_s, p50_ttft_s, p99_ttft_s, mean_queue_s, "
+      "mean_io_stall_s, gpu_hit_ratio, cpu_hit_ratio, mean_ssd_read_bytes, itf_fallback_rate "
+      "FROM run_summary WHERE run_id IN (" + ids + ") ORDER BY mean_ttft_s";
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
+    sqlite3_close(db);
+    return;
+  }
+  std::printf("\n%-12s %8s %10s %10s %10s %10s %10s %7s %7s %12s %8s\n", "system", "requests",
+              "mean TTFT", "p50 TTFT", "p99 TTFT", "queue", "exposed IO", "GPU hit", "CPU hit",
+              "SSD read/req", "ITF fb");
+  auto ms = [](double s) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1fms", s * 1e3);
+    return std::string(b);
+  };
+  auto pct = [](sqlite3_stmt* s, int col) {
+    if (sqlite3_column_type(s, col) == SQLITE_NULL) return std::string("-");
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1f%%", 100 * sqlite3_column_double(s, col));
+    return std::string(b);
+  };
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    std::printf("%-12s %8lld %10s %10s %10s %10s %10s %7s %7s %12s %8s\n",
+                reinterpret_cast<const char*>(sqlite3_column_text(st, 0)),
+                (long long)sqlite3_column_int64(st, 1), ms(sqlite3_column_double(st, 2)).c_str(),
+                ms(sqlite3_column_double(st, 3)).c_str(), ms(sqlite3_column_double(st, 4)).c_str(),
+                ms(sqlite3_column_double(st, 5)).c_str(), ms(sqlite3_column_double(st, 6)).c_str(),
+                pct(st, 7).c_str(), pct(st, 8).c_str(),
+                FormatBytes(Bytes(sqlite3_column_double(st, 9))).c_str(), pct(st, 10).c_str());
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  std::printf("\nresults: %s (run ids %s; query the run_summary, ttft_cdf, layer_retention, "
+              "io_breakdown views)\n", out.c_str(), ids.c_str());
+}
+
+int RunSim(const Args& args) {
+  po::options_description desc("kvtier sim options");
+  std::string config_path, systems_arg, out;
+  int jobs = 1;
+  desc.add_options()("help,h", "show this help")(
+      "config", po::value(&config_path)->required(), "experiment INI file")(
+      "systems", po::value(&systems_arg), "systems to compare, comma-separated (default: "
+                                           "experiment.systems, else include.system)")(
+      "out", po::value(&out)->required(), "results SQLite file (created or appended)")(
+      "jobs,j", po::value(&jobs)->default_value(1), "systems simulated in parallel");
+  po::variables_map vm;
+  std::vector<std::string> overrides;
+  try {
+    po::parsed_options parsed =
+        po::command_line_parser(args).options(desc).allow_unregistered().run();
+    overrides = po::collect_unrecognized(parsed.options, po::include_positional);
+    po::store(parsed, vm);
+    if (vm.count("help")) {
+      std::printf("usage: kvtier sim --config X.ini --out R.sqlite [--systems a,b] [--jobs N] "
+                  "[--section.key=value ...]\n%s", [&] {
+                    std::ostringstream s;
+                    s << desc;
+                    return s.str();
+                  }().c_str());
+      return 0;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw InputError(std::string("command line: ") + e.what() + " (kvtier sim --help)");
+  }
+  if (jobs < 1) throw InputError("command line: --jobs must be >= 1");
+  for (const auto& o : overrides) {
+    if (o.rfind("--", 0) != 0 || o.find('=') == std::string::npos) {
+      throw InputError("command line: unexpected argument '" + o + "' (overrides are --key=value)");
+    }
+  }
+
+  Config base = Config::Load(config_path, overrides);
+  std::vector<std::string> systems =
+      SplitList(!systems_arg.empty() ? systems_arg : base.GetString("experiment.systems"));
+  if (systems.empty() && base.Has("include.system")) systems = {base.GetString("include.system")};
+  if (systems.empty()) {
+    std::string names;
+    for (const auto& n : KnownSystemNames()) names += (names.empty() ? "" : ", ") + n;
+    throw ConfigError(config_path + ": no system to run: pass --systems or set "
+                      "experiment.systems / include.system (systems: " + names + ")");
+  }
+  // Validate every system's configuration before simulating anything.
+  std::vector<std::pair<std::string, Config>> runs;
+  for (const std::string& system : systems) {
+    std::vector<std::string> with_system = overrides;
+    with_system.push_back("--include.system=" + system);
+    Config c = Config::Load(config_path, with_system);
+    BuildOptions(c);
+    runs.emplace_back(system, std::move(c));
+  }
+  const std::string trace = ResolveTrace(base, config_path);
+  { ResultsDb check(out); }  // creates the schema; an unwritable path fails here (exit 2)
+
+  std::fprintf(stderr, "kvtier sim: %zu system(s) on %s, trace %s -> %s\n", runs.size(),
+               base.GetString("model.name").c_str(), trace.c_str(), out.c_str());
+  int worst = 0;
+  std::vector<long long> ids =
+      RunSystems(runs, trace, out, jobs, base.GetDuration("log.progress"), &worst);
+  PrintComparison(out, ids);
+  return worst;
+}
+
+}  // namespace kvtier::cli

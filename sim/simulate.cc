@@ -1,0 +1,167 @@
+#include "sim/simulate.h"
+
+#include <chrono>
+#include <optional>
+#include <sstream>
+
+#include "analysis/results_db.h"
+#include "core/errors.h"
+#include "core/options.h"
+#include "core/pipeline.h"
+#include "sim/sim_executor.h"
+#include "traces/score_source.h"
+#include "traces/trace_io.h"
+
+namespace kvtier::sim {
+namespace {
+
+// Parses "key=value key=value" into procedural importance parameters.
+ProceduralParams ParseImportance(const std::string& text, const std::string& where) {
+  ProceduralParams p;
+  std::istringstream in(text);
+  std::string item;
+  while (in >> item) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos) throw ConfigError(where + ": expected key=value, got '" + item + "'");
+    std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    try {
+      if (key == "seed") p.seed = std::stoull(value);
+      else if (key == "head_corr") {
+        p.head_corr.clear();
+        std::istringstream vs(value);
+        std::string v;
+        while (std::getline(vs, v, ',')) p.head_corr.push_back(std::stod(v));
+      } else if (key == "layer_corr") p.layer_corr = std::stod(value);
+      else if (key == "query_dependence") p.query_dependence = std::stod(value);
+      else if (key == "sink_tokens") p.sink_tokens = std::stoi(value);
+      else if (key == "sink_boost") p.sink_boost = std::stod(value);
+      else if (key == "tail") p.tail = std::stod(value);
+      else throw ConfigError(where + ": unknown importance parameter '" + key + "' (seed, "
+                             "head_corr, layer_corr, query_dependence, sink_tokens, sink_boost, tail)");
+    } catch (const std::logic_error&) {
+      throw ConfigError(where + ": cannot parse '" + item + "'");
+    }
+  }
+  p.Validate(where);
+  return p;
+}
+
+}  // namespace
+
+SimulationResult RunSimulation(const Config& config, const std::string& trace_path,
+                               const std::string& out_path, const ProgressFn& progress) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  const ExperimentOptions opts = BuildOptions(config);
+  if (opts.hardware.gpu_concurrent_prefills != 1) {
+    throw ConfigError(config.Where("gpu.concurrent_prefills") +
+                      ": the simulator serves one prefill at a time; only 1 is supported");
+  }
+  if (!opts.hardware.gpu_layer_table.empty()) {
+    throw ConfigError(config.Where("gpu.layer_table") +
+                      ": measured layer tables are not supported by this version; remove the key "
+                      "to use the roofline cost model");
+  }
+
+  // Open and check the trace before touching the output.
+  TraceReader probe(trace_path);
+  const TraceHeader header = probe.header();
+  const bool retarget = config.GetBool("workload.retarget");
+  if (header.model.name != opts.model.name && !retarget) {
+    throw TraceError(trace_path + ": trace was made for model '" + header.model.name +
+                     "' but the experiment runs '" + opts.model.name +
+                     "' (set workload.retarget = true to map its layers and heads)");
+  }
+  std::optional<ProceduralParams> none_model;
+  if (!opts.importance.empty()) {
+    none_model = ParseImportance(opts.importance, config.Where("workload.importance"));
+  }
+
+  ResultsDb db(out_path);
+  RunInfo info;
+  info.mode = "sim";
+  info.experiment = opts.experiment_name;
+  info.system = opts.system.name;
+  info.model = opts.model.name;
+  info.hardware = opts.hardware.name;
+  info.trace = trace_path;
+  info.trace_sha256 = Sha256File(trace_path);
+  info.config = config.Dump(/*with_origins=*/false);
+  info.config_sha256 = Sha256(info.config + info.trace_sha256);
+  const long long run_id = db.BeginRun(info);
+  std::unique_ptr<RunLog> db_log = db.NewRunLog(run_id, /*log_decisions=*/true);
+
+  // Transfers can dominate the file; a filter drops them when log.transfers = false.
+  struct Filter : RunLog {
+    RunLog* inner;
+    bool transfers;
+    void LogRequest(const RequestRecord& r) override { inner->LogRequest(r); }
+    void LogLayer(const LayerRecord& r) override { inner->LogLayer(r); }
+    void LogTransfer(const TransferRecord& r) override {
+      if (transfers) inner->LogTransfer(r);
+    }
+    void LogDecision(const DecisionRecord& r) override { inner->LogDecision(r); }
+    void LogMetric(const std::string& n, double v) override { inner->LogMetric(n, v); }
+    void Flush() override { inner->Flush(); }
+  } log;
+  log.inner = db_log.get();
+  log.transfers = config.GetBool("log.transfers");
+
+  SimExecutor executor(opts.model, opts.hardware);
+  TraceScoreSource scores(header, opts.model, none_model);
+  PipelineOptions popts;
+  popts.system = opts.system;
+  popts.log_chunk_decisions = config.GetBool("log.chunk_decisions");
+  popts.chunk_detail = false;  // the simulator needs byte totals only
+  Pipeline pipeline(opts.model, popts, &executor, &scores, &log);
+
+  long long total = 0;  // for progress only; 0 when the trace does not say
+  try {
+    total = std::stoll(header.Meta("requests", "0"));
+  } catch (const std::logic_error&) {
+  }
+  if (opts.run.max_requests > 0 && (total == 0 || total > opts.run.max_requests)) {
+    total = opts.run.max_requests;
+  }
+  SimulationResult result;
+  result.run_id = run_id;
+  std::string error;
+  executor.Run([&] {
+    const long long max = opts.run.max_requests;
+    if (opts.run.prewarm) {
+      TraceReader warm(trace_path);
+      TraceRecord rec;
+      for (long long i = 0; warm.Next(&rec) && (max == 0 || i < max); ++i) {
+        pipeline.Prewarm(rec.request);
+      }
+    }
+    TraceReader reader(trace_path);
+    TraceRecord rec;
+    long long done = 0;
+    while ((max == 0 || done < max) && reader.Next(&rec)) {
+      if (rec.request.arrival_s > executor.Now()) executor.IdleUntil(rec.request.arrival_s);
+      const RequestId id = rec.request.id;
+      Request request = rec.request;
+      scores.Add(std::move(rec));
+      Status st = pipeline.Run(request, done < opts.run.warmup_requests);
+      scores.Release(id);
+      if (!st.ok() && error.empty()) error = st.ToString();
+      ++done;
+      if (progress) progress(done, total, executor.Now());
+    }
+    pipeline.Finish();
+    executor.Drain();
+    result.requests = done;
+    result.simulated_s = executor.Now();
+  });
+  result.activities = executor.activities_started();
+  result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  log.LogMetric("simulated_s", result.simulated_s);
+  log.LogMetric("wall_s", result.wall_s);
+  log.LogMetric("activities", double(result.activities));
+  log.Flush();
+  db_log.reset();
+  db.EndRun(run_id, result.wall_s, true, error.empty() ? "ok" : error);
+  return result;
+}
+
+}  // namespace kvtier::sim
