@@ -1,0 +1,458 @@
+// sim_bench: how fast `kvtier sim` replays a trace, and where the wall time goes.
+//
+//   sim_bench [--requests N] [--systems spec,as_h2o_lfu,as] [--trace PATH] [--no-sqlite]
+//
+// The trace (OPT-6.7B shape: 32 layers x 32 KV heads; few-shot prompts of ~5K tokens; 2,000
+// Poisson requests) is generated once into the build directory and reused. Each system then
+// runs in its own child process (SimGrid's Engine is a singleton, and each child's peak RSS is
+// its own) through the simulator's real path: SimExecutor + Pipeline + TraceScoreSource +
+// ResultsDb, wired as sim/simulate.cc wires them (prewarmed caches, chunk_detail = false,
+// log.chunk_decisions = false, transfers logged). Thin decorators around the ScoreSource, the
+// Executor and the RunLog time each layer of the stack in the same run:
+//   scores    TraceScoreSource::Scores (procedural importance generation);
+//   select    SelectItf / SelectPerHead, re-run by the score decorator on the scores it just
+//             produced (the pipeline's own call is not instrumented; its replay costs the same,
+//             and is subtracted from the run's wall time);
+//   simgrid   every Executor call (Submit, Wait, WaitAny, Done, Retire, IdleUntil, Drain), which
+//             includes SimGrid's solver and its context switches;
+//   sqlite    every RunLog call (prepared inserts, per-request flush/commit);
+//   pipeline  the rest: planning, cache bookkeeping, prefetch bookkeeping, the radix tree.
+// It also prints a digest of every request, layer and transfer row, so two builds can be
+// checked for identical simulated behaviour. A benchmark prints what it measured; it fails only
+// if a run fails.
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "analysis/results_db.h"
+#include "core/config.h"
+#include "core/itf.h"
+#include "core/options.h"
+#include "core/pipeline.h"
+#include "sim/sim_executor.h"
+#include "traces/generator.h"
+#include "traces/score_source.h"
+#include "traces/trace_io.h"
+
+namespace kvtier {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Adds the wall time of its scope to *sink.
+class ScopedTimer {
+ public:
+  explicit ScopedTimer(double* sink) : sink_(sink), start_(Clock::now()) {}
+  ~ScopedTimer() { *sink_ += SecondsSince(start_); }
+
+ private:
+  double* sink_;
+  Clock::time_point start_;
+};
+
+double PeakRssMiB() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_maxrss) / 1024.0;  // Linux: KiB
+}
+
+// FNV-1a over the bytes of the simulated results, to compare builds.
+struct Digest {
+  std::uint64_t h = 1469598103934665603ull;
+  template <typename T>
+  void Add(const T& v) {
+    unsigned char b[sizeof(T)];
+    std::memcpy(b, &v, sizeof(T));
+    for (unsigned char c : b) h = (h ^ c) * 1099511628211ull;
+  }
+};
+
+struct TimedLog : RunLog {
+  RunLog* inner = nullptr;  // nullptr: --no-sqlite
+  double seconds = 0;
+  Digest decisions;  // timing-independent: what was selected, hit, read
+  Digest timing;     // simulated times and the transfer rows
+  void LogRequest(const RequestRecord& r) override {
+    decisions.Add(r.request_id), decisions.Add(r.gpu_hit_chunks), decisions.Add(r.cpu_hit_chunks);
+    decisions.Add(r.ssd_read_chunks), decisions.Add(r.ssd_read_bytes);
+    decisions.Add(r.pcie_h2d_bytes), decisions.Add(r.important_tokens);
+    decisions.Add(r.itf_fallback_layers);
+    timing.Add(r.end_s), timing.Add(r.ttft_s), timing.Add(r.io_stall_s);
+    ScopedTimer t(&seconds);
+    if (inner) inner->LogRequest(r);
+  }
+  void LogLayer(const LayerRecord& r) override {
+    decisions.Add(r.layer), decisions.Add(r.selected_tokens), decisions.Add(r.itf_similarity);
+    decisions.Add(r.loaded_chunks), decisions.Add(r.prefetched_chunks);
+    decisions.Add(r.prefetch_used_chunks);
+    timing.Add(r.start_s), timing.Add(r.end_s), timing.Add(r.stall_s);
+    ScopedTimer t(&seconds);
+    if (inner) inner->LogLayer(r);
+  }
+  void LogTransfer(const TransferRecord& r) override {
+    timing.Add(r.kind), timing.Add(r.purpose), timing.Add(r.bytes), timing.Add(r.ios);
+    timing.Add(r.start_s), timing.Add(r.end_s);
+    ++transfers;
+    ScopedTimer t(&seconds);
+    if (inner) inner->LogTransfer(r);
+  }
+  void LogDecision(const DecisionRecord& r) override {
+    ScopedTimer t(&seconds);
+    if (inner) inner->LogDecision(r);
+  }
+  void LogMetric(const std::string& n, double v) override {
+    ScopedTimer t(&seconds);
+    if (inner) inner->LogMetric(n, v);
+  }
+  void Flush() override {
+    ScopedTimer t(&seconds);
+    if (inner) inner->Flush();
+  }
+  std::int64_t transfers = 0;
+};
+
+// Times score generation and, on the scores just made, the selection the pipeline runs on them
+// (ITF for the probe heads, per-head top-k for all heads).
+struct TimedScores : ScoreSource {
+  TraceScoreSource* inner = nullptr;
+  int probe_heads = 3;
+  bool itf = false;
+  ItfOptions itf_options;
+  double retention = 0.25;
+  double score_seconds = 0, select_seconds = 0;
+  void Scores(const Request& request, int layer, std::int64_t n, std::span<const int> heads,
+              std::vector<float>* out) override {
+    {
+      ScopedTimer t(&score_seconds);
+      inner->Scores(request, layer, n, heads, out);
+    }
+    ScopedTimer t(&select_seconds);
+    if (itf && int(heads.size()) == probe_heads) {
+      volatile bool sink = SelectItf(*out, probe_heads, n, itf_options).fallback;
+      (void)sink;
+    } else {
+      volatile std::size_t sink =
+          SelectPerHead(*out, int(heads.size()), n, RetainedTokens(retention, n)).size();
+      (void)sink;
+    }
+  }
+};
+
+struct TimedExecutor : Executor {
+  sim::SimExecutor* inner = nullptr;
+  double seconds = 0;
+  Seconds Now() override { return inner->Now(); }
+  OpId Submit(TransferOp op, std::span<const OpId> after) override {
+    ScopedTimer t(&seconds);
+    return inner->Submit(std::move(op), after);
+  }
+  OpId Submit(ComputeOp op, std::span<const OpId> after) override {
+    ScopedTimer t(&seconds);
+    return inner->Submit(std::move(op), after);
+  }
+  Status Wait(OpId op) override {
+    ScopedTimer t(&seconds);
+    return inner->Wait(op);
+  }
+  std::size_t WaitAny(std::span<const OpId> ops) override {
+    ScopedTimer t(&seconds);
+    return inner->WaitAny(ops);
+  }
+  bool Done(OpId op) override {
+    ScopedTimer t(&seconds);
+    return inner->Done(op);
+  }
+  OpTimes Retire(OpId op) override {
+    ScopedTimer t(&seconds);
+    return inner->Retire(op);
+  }
+  void OnResident(Tier tier, ChunkId chunk) override { inner->OnResident(tier, chunk); }
+  void OnEvicted(Tier tier, ChunkId chunk) override { inner->OnEvicted(tier, chunk); }
+};
+
+// What one child reports to the parent (plain bytes through a pipe).
+struct Result {
+  bool ok = false;
+  long long requests = 0;
+  std::uint64_t activities = 0;
+  std::int64_t transfers = 0;
+  double wall_s = 0, prewarm_s = 0, simulated_s = 0, rss_mib = 0;
+  double score_s = 0, select_s = 0, simgrid_s = 0, sqlite_s = 0;
+  std::uint64_t decisions_digest = 0, timing_digest = 0;
+  PipelineTotals totals;
+  char error[200] = {0};
+};
+
+struct BenchOptions {
+  long long requests = 2000;
+  std::vector<std::string> systems = {"spec", "as_h2o_lfu", "as"};
+  std::string trace;
+  bool sqlite = true;
+};
+
+std::string BenchDir() { return KVTIER_BENCH_DIR; }
+
+// The benchmark's trace: OPT-6.7B's shape, few-shot prompts of 5 +- 1 examples of ~1,000
+// tokens (~5K-token prefixes), 2,000 Poisson requests at 10/s.
+void GenerateBenchTrace(const std::string& path) {
+  WorkloadParams w;
+  w.requests = 2000;
+  w.examples_min = 4;
+  w.examples_max = 6;
+  w.example_tokens = 1000;
+  ModelDescriptor m{"opt-6.7b", 32, 32, 32};
+  ImportanceTargets t;
+  const std::int64_t tokens =
+      std::clamp<std::int64_t>(std::llround(ExpectedPrefixTokens(w)), 512, 4096);
+  const ProceduralParams params = Calibrate(t, m.layers, m.kv_heads, tokens, 1);
+  const std::string tmp = path + ".tmp";
+  GenerateTrace(tmp, w, m, t, params);
+  fs::rename(tmp, path);
+}
+
+Result RunSystem(const BenchOptions& bo, const std::string& system) {
+  Result res;
+  const std::string dir = BenchDir();
+  const std::string ini = dir + "/sim_bench_" + system + ".ini";
+  {
+    std::ofstream f(ini);
+    f << "[include]\nmodel = opt-6.7b\nhardware = a100-pcie4-nvme\nsystem = " << system
+      << "\n[workload]\ntrace = " << bo.trace << "\n[run]\nprewarm = true\nmax_requests = "
+      << bo.requests << "\n";
+  }
+  const Config config = Config::Load(ini, {});
+  const ExperimentOptions opts = BuildOptions(config);
+  TraceReader probe(bo.trace);
+  const TraceHeader header = probe.header();
+
+  const std::string out = dir + "/sim_bench_" + system + ".sqlite";
+  fs::remove(out);
+  std::unique_ptr<ResultsDb> db;
+  std::unique_ptr<RunLog> db_log;
+  long long run_id = 0;
+  if (bo.sqlite) {
+    db = std::make_unique<ResultsDb>(out);
+    RunInfo info;
+    info.system = system;
+    info.model = opts.model.name;
+    info.trace = bo.trace;
+    info.config = config.Dump(false);
+    run_id = db->BeginRun(info);
+    db_log = db->NewRunLog(run_id, true);
+  }
+  TimedLog log;
+  log.inner = db_log.get();
+
+  sim::SimExecutor executor(opts.model, opts.hardware);
+  TimedExecutor timed_exec;
+  timed_exec.inner = &executor;
+  TraceScoreSource trace_scores(header, opts.model);
+  TimedScores scores;
+  scores.inner = &trace_scores;
+  scores.itf = opts.system.itf;
+  scores.probe_heads = opts.system.itf_options.probe_heads;
+  scores.itf_options = opts.system.itf_options;
+  scores.retention = opts.system.retention;
+  PipelineOptions popts;
+  popts.system = opts.system;
+  popts.log_chunk_decisions = false;
+  popts.chunk_detail = false;
+  Pipeline pipeline(opts.model, popts, &timed_exec, &scores, &log);
+
+  const auto start = Clock::now();
+  executor.Run([&] {
+    {
+      const auto t0 = Clock::now();
+      TraceReader warm(bo.trace);
+      TraceRecord rec;
+      for (long long i = 0; warm.Next(&rec) && i < bo.requests; ++i) pipeline.Prewarm(rec.request);
+      res.prewarm_s = SecondsSince(t0);
+    }
+    TraceReader reader(bo.trace);
+    TraceRecord rec;
+    long long done = 0;
+    while (done < bo.requests && reader.Next(&rec)) {
+      if (rec.request.arrival_s > executor.Now()) {
+        ScopedTimer t(&timed_exec.seconds);
+        executor.IdleUntil(rec.request.arrival_s);
+      }
+      const RequestId id = rec.request.id;
+      Request request = rec.request;
+      trace_scores.Add(std::move(rec));
+      Status st = pipeline.Run(request, false);
+      trace_scores.Release(id);
+      if (!st.ok()) throw std::runtime_error(st.ToString());
+      ++done;
+    }
+    pipeline.Finish();
+    ScopedTimer t(&timed_exec.seconds);
+    executor.Drain();
+    res.requests = done;
+    res.simulated_s = executor.Now();
+  });
+  res.wall_s = SecondsSince(start) - res.prewarm_s - scores.select_seconds;
+  if (db) {
+    db_log.reset();
+    db->EndRun(run_id, res.wall_s, true, "ok");
+  }
+  res.ok = true;
+  res.activities = executor.activities_started();
+  res.transfers = log.transfers;
+  res.rss_mib = PeakRssMiB();
+  res.score_s = scores.score_seconds;
+  res.select_s = scores.select_seconds;
+  res.simgrid_s = timed_exec.seconds;
+  res.sqlite_s = log.seconds;
+  res.decisions_digest = log.decisions.h;
+  res.timing_digest = log.timing.h;
+  res.totals = pipeline.totals();
+  return res;
+}
+
+// Runs `fn` in a child process and returns what it wrote.
+template <typename Fn>
+Result InChild(Fn fn) {
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    Result r;
+    try {
+      r = fn();
+    } catch (const std::exception& e) {
+      std::snprintf(r.error, sizeof r.error, "%s", e.what());
+    }
+    ssize_t unused = write(fds[1], &r, sizeof r);
+    (void)unused;
+    _exit(r.ok ? 0 : 1);
+  }
+  close(fds[1]);
+  Result r;
+  const ssize_t n = read(fds[0], &r, sizeof r);
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (n != ssize_t(sizeof r)) {
+    r = Result{};
+    std::snprintf(r.error, sizeof r.error, "child exited without a result (status %d)", status);
+  }
+  return r;
+}
+
+int Main(int argc, char** argv) {
+  BenchOptions bo;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--requests") {
+      bo.requests = std::stoll(next());
+    } else if (a == "--systems") {
+      bo.systems.clear();
+      std::stringstream ss(next());
+      for (std::string s; std::getline(ss, s, ',');) bo.systems.push_back(s);
+    } else if (a == "--trace") {
+      bo.trace = next();
+    } else if (a == "--no-sqlite") {
+      bo.sqlite = false;
+    } else {
+      std::fprintf(stderr,
+                   "usage: sim_bench [--requests N] [--systems a,b] [--trace T] [--no-sqlite]\n");
+      return 2;
+    }
+  }
+  if (bo.trace.empty()) {
+    bo.trace = BenchDir() + "/sim_bench_opt-6.7b_fewshot5k_2000.kvtrace";
+    if (!fs::exists(bo.trace)) {
+      std::printf("generating %s ...\n", bo.trace.c_str());
+      std::fflush(stdout);
+      const auto t0 = Clock::now();
+      Result g = InChild([&] {
+        GenerateBenchTrace(bo.trace);
+        Result r;
+        r.ok = true;
+        return r;
+      });
+      if (!g.ok) {
+        std::fprintf(stderr, "trace generation failed: %s\n", g.error);
+        return 1;
+      }
+      std::printf("  %.1f s\n", SecondsSince(t0));
+    }
+  }
+  {
+    TraceReader reader(bo.trace);
+    TraceRecord rec;
+    double tokens = 0;
+    long long n = 0;
+    while (n < bo.requests && reader.Next(&rec)) tokens += double(rec.request.prefix_tokens()), ++n;
+    std::printf("trace %s: %s, %lld requests, mean prefix %.0f tokens%s\n", bo.trace.c_str(),
+                reader.header().model.name.c_str(), n, n ? tokens / double(n) : 0.0,
+                bo.sqlite ? "" : " (no SQLite)");
+  }
+  std::printf("%-11s %8s %10s %8s %8s %9s %9s | %6s %6s %7s %7s %8s | %s\n", "system", "req/s",
+              "act/s", "ms/req", "act/req", "rss MiB", "sim s", "score", "select", "simgrid",
+              "sqlite", "pipeline", "digests: decisions/timing");
+  int rc = 0;
+  for (const std::string& system : bo.systems) {
+    std::fflush(stdout);
+    Result r = InChild([&] { return RunSystem(bo, system); });
+    if (!r.ok) {
+      std::printf("%-11s failed: %s\n", system.c_str(), r.error);
+      rc = 1;
+      continue;
+    }
+    const double pipeline_s = r.wall_s - r.score_s - r.simgrid_s - r.sqlite_s;
+    auto pct = [&](double s) { return 100.0 * s / r.wall_s; };
+    std::printf(
+        "%-11s %8.1f %10.0f %8.3f %8.1f %9.1f %9.2f | %5.1f%% %5.1f%% %6.1f%% %6.1f%% %7.1f%% | "
+        "%016llx/%016llx\n",
+        system.c_str(), double(r.requests) / r.wall_s, double(r.activities) / r.wall_s,
+        1e3 * r.wall_s / double(r.requests), double(r.activities) / double(r.requests),
+        r.rss_mib, r.simulated_s, pct(r.score_s), pct(r.select_s), pct(r.simgrid_s),
+        pct(r.sqlite_s), pct(pipeline_s - r.select_s), (unsigned long long)r.decisions_digest,
+        (unsigned long long)r.timing_digest);
+    const PipelineTotals& t = r.totals;
+    std::printf(
+        "            wall %.2f s (+ prewarm %.2f s), %lld transfers logged; chunks gpu %lld cpu "
+        "%lld ssd %lld, itf layers %lld fallback %lld, prefetched %lld used %lld\n",
+        r.wall_s, r.prewarm_s, (long long)r.transfers, (long long)t.gpu_hit_chunks,
+        (long long)t.cpu_hit_chunks, (long long)t.ssd_read_chunks, (long long)t.itf_layers,
+        (long long)t.itf_fallback_layers, (long long)t.prefetched_chunks,
+        (long long)t.prefetch_used_chunks);
+  }
+  std::printf("budget: spec >= 1000 req/s on one core (design doc)\n");
+  return rc;
+}
+
+}  // namespace
+}  // namespace kvtier
+
+int main(int argc, char** argv) {
+  try {
+    return kvtier::Main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sim_bench: %s\n", e.what());
+    return 1;
+  }
+}
