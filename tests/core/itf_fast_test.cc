@@ -1,0 +1,139 @@
+// TopK and SelectItf (radix select, O(n) voting) against straightforward reference
+// implementations of their documented contracts: the previous code, kept here verbatim in
+// spirit. Random scores with ties, NaN, -0, infinities and sinks, many (n, k) shapes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "core/itf.h"
+
+namespace kvtier {
+namespace {
+
+// Contract: the k largest (NaN as -inf, -0 as +0), ties to the lower index, sorted.
+TokenSet ReferenceTopK(const std::vector<float>& scores, std::int64_t k) {
+  auto key = [](float v) {
+    if (std::isnan(v)) return -std::numeric_limits<float>::infinity();
+    return v == 0.0f ? 0.0f : v;
+  };
+  std::vector<std::int32_t> idx(scores.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](std::int32_t a, std::int32_t b) { return key(scores[a]) > key(scores[b]); });
+  idx.resize(static_cast<std::size_t>(k));
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+
+// Contract: rank the union by (votes desc, summed non-NaN score desc, index asc), keep k.
+TokenSet ReferenceVote(const std::vector<float>& scores, int heads, std::int64_t n,
+                       const std::vector<TokenSet>& sets, std::int64_t k) {
+  struct C {
+    std::int32_t t;
+    int votes;
+    double score;
+  };
+  std::vector<C> cands;
+  for (std::int32_t t : Union(sets)) {
+    C c{t, 0, 0};
+    for (int h = 0; h < heads; ++h) {
+      const TokenSet& s = sets[static_cast<std::size_t>(h)];
+      if (std::binary_search(s.begin(), s.end(), t)) ++c.votes;
+      const float v = scores[static_cast<std::size_t>(h) * n + t];
+      if (!std::isnan(v)) c.score += v;
+    }
+    cands.push_back(c);
+  }
+  std::sort(cands.begin(), cands.end(), [](const C& a, const C& b) {
+    if (a.votes != b.votes) return a.votes > b.votes;
+    if (a.score != b.score) return a.score > b.score;
+    return a.t < b.t;
+  });
+  TokenSet out;
+  for (std::int64_t i = 0; i < k; ++i) out.push_back(cands[static_cast<std::size_t>(i)].t);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<float> RandomScores(std::mt19937& rng, std::size_t count, int flavour) {
+  std::vector<float> s(count);
+  std::lognormal_distribution<float> logn(0.0f, 1.5f);
+  std::uniform_int_distribution<int> small(0, 7);
+  for (auto& v : s) {
+    switch (flavour) {
+      case 0: v = logn(rng); break;                      // the procedural model's shape
+      case 1: v = float(small(rng)); break;               // heavy ties
+      case 2: v = small(rng) == 0 ? -0.0f : 0.0f; break;  // signed zeros only
+      default: {
+        const int r = small(rng);
+        v = r == 0   ? std::numeric_limits<float>::quiet_NaN()
+            : r == 1 ? std::numeric_limits<float>::infinity()
+            : r == 2 ? -std::numeric_limits<float>::infinity()
+            : r == 3 ? -logn(rng)
+                     : logn(rng);
+      }
+    }
+  }
+  return s;
+}
+
+TEST(ItfFastTest, TopKMatchesTheReferenceOnTiesNanZerosAndInfinities) {
+  std::mt19937 rng(7);
+  for (std::int64_t n : {1, 2, 3, 17, 64, 1000, 4913}) {
+    for (int flavour = 0; flavour < 4; ++flavour) {
+      const std::vector<float> s = RandomScores(rng, std::size_t(n), flavour);
+      for (std::int64_t k : {std::int64_t{0}, std::int64_t{1}, n / 4, n / 2, n - 1, n}) {
+        if (k < 0) continue;
+        ASSERT_EQ(TopK(s, k), ReferenceTopK(s, k)) << "n=" << n << " k=" << k << " f=" << flavour;
+      }
+    }
+  }
+}
+
+TEST(ItfFastTest, SelectItfVotesLikeTheReference) {
+  std::mt19937 rng(11);
+  int voted = 0;
+  for (std::int64_t n : {1, 5, 64, 999, 4913}) {
+    for (int heads : {1, 2, 3, 5}) {
+      for (int flavour = 0; flavour < 4; ++flavour) {
+        for (double retention : {0.1, 0.25, 0.6, 1.0}) {
+          std::vector<float> s = RandomScores(rng, std::size_t(n) * heads, flavour);
+          // +inf and -inf of one token would sum to NaN, which the vote does not order (its
+          // ranking is undefined there, before and after): keep only +inf.
+          for (float& v : s) {
+            if (std::isinf(v) && v < 0) v = -1e30f;
+          }
+          // Correlate the heads so that votes spread over several levels.
+          if (flavour == 0) {
+            for (int h = 1; h < heads; ++h) {
+              for (std::int64_t t = 0; t < n; ++t) {
+                if (t % 3 != 0) s[std::size_t(h * n + t)] = s[std::size_t(t)];
+              }
+            }
+          }
+          ItfOptions o{heads, /*alpha=*/200.0, retention};  // t ~ 0: passes, tests the vote
+          const ItfDecision d = SelectItf(s, heads, n, o);
+          ASSERT_EQ(d.probe_sets.size(), std::size_t(heads));
+          for (int h = 0; h < heads; ++h) {
+            const std::vector<float> row(s.begin() + h * n, s.begin() + (h + 1) * n);
+            ASSERT_EQ(d.probe_sets[std::size_t(h)], ReferenceTopK(row, d.k));
+          }
+          ASSERT_DOUBLE_EQ(d.similarity, MeanPairwiseJaccard(d.probe_sets));
+          if (d.fallback) continue;
+          ++voted;
+          ASSERT_EQ(d.voted, ReferenceVote(s, heads, n, d.probe_sets, d.k))
+              << "n=" << n << " heads=" << heads << " f=" << flavour << " r=" << retention;
+        }
+      }
+    }
+  }
+  EXPECT_GT(voted, 200);  // the vote itself was exercised, not only fallbacks
+}
+
+}  // namespace
+}  // namespace kvtier
