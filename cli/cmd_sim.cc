@@ -96,9 +96,10 @@ int RunChild(const Config& config, const std::string& trace, const std::string& 
 
 std::vector<long long> RunSystems(const std::vector<std::pair<std::string, Config>>& runs,
                                   const std::string& trace, const std::string& out, int jobs,
-                                  double progress_s, int* worst_exit) {
+                                  double progress_s, int* worst_exit, const DoneFn& on_done) {
   std::vector<long long> run_ids;
   std::map<pid_t, int> children;  // pid -> read end of its result pipe
+  std::map<pid_t, std::string> labels;
   std::size_t next = 0;
   *worst_exit = 0;
   auto reap_one = [&] {
@@ -113,6 +114,8 @@ std::vector<long long> RunSystems(const std::vector<std::pair<std::string, Confi
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
     if (code == 0 && n > 0) run_ids.push_back(std::atoll(buf));
     if (code != 0) *worst_exit = std::max(*worst_exit, code);
+    if (on_done) on_done(labels[pid], code);
+    labels.erase(pid);
   };
   while (next < runs.size() || !children.empty()) {
     while (next < runs.size() && int(children.size()) < jobs) {
@@ -129,6 +132,7 @@ std::vector<long long> RunSystems(const std::vector<std::pair<std::string, Confi
       }
       close(fds[1]);
       children[pid] = fds[0];
+      labels[pid] = runs[next].first;
       ++next;
     }
     reap_one();
@@ -243,7 +247,7 @@ int RunSim(const Args& args) {
                base.GetString("model.name").c_str(), trace.c_str(), out.c_str());
   int worst = 0;
   std::vector<long long> ids =
-      RunSystems(runs, trace, out, jobs, base.GetDuration("log.progress"), &worst);
+      RunSystems(runs, trace, out, jobs, base.GetDuration("log.progress"), &worst, nullptr);
   PrintComparison(out, ids);
   return worst;
 }

@@ -1,0 +1,194 @@
+// `kvtier sim` and `kvtier sweep` end to end through the built binary: a tiny generated trace,
+// the comparison table, the results file, bad input (exit 2, message naming what is wrong),
+// resumable sweeps, and a killed run leaving a consistent file marked incomplete.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string Slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+fs::path SourceDir() {
+  const char* s = std::getenv("KVTIER_SOURCE_DIR");
+  return s ? fs::path(s) : fs::path(KVTIER_SOURCE_DIR_FALLBACK);
+}
+
+// One query's first column as text ("" if no row).
+std::string Query(const fs::path& db, const std::string& sql) {
+  sqlite3* h = nullptr;
+  std::string out;
+  if (sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(h, sql.c_str(), -1, &st, nullptr) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0) != nullptr) {
+      out = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+    }
+    sqlite3_finalize(st);
+  }
+  sqlite3_close(h);
+  return out;
+}
+
+class SimCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("kvtier_sim_cli_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    setenv("KVTIER_CONFIG_DIR", (SourceDir() / "configs").c_str(), 1);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Result Run(const std::string& args) {
+    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
+    const std::string cmd = std::string("'") + KVTIER_BIN + "' " + args + " >'" + out.string() +
+                            "' 2>'" + err.string() + "'";
+    const int status = std::system(cmd.c_str());
+    Result r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = Slurp(out);
+    r.err = Slurp(err);
+    return r;
+  }
+
+  // A small few-shot trace for OPT-13B: short prefixes so a system runs in well under a second.
+  std::string Trace(int requests = 12) {
+    const std::string path = (dir_ / "t.kvt").string();
+    Result r = Run("trace gen -o " + path + " --requests " + std::to_string(requests) +
+                   " --rate 20 --prompts 4 --examples_min 2 --examples_max 3 --example_tokens 200 "
+                   "--example_tokens_sd 20 --calibration_tokens 256 --quiet");
+    EXPECT_EQ(r.code, 0) << r.err;
+    return path;
+  }
+
+  std::string Experiment(const std::string& trace, const std::string& model = "opt-13b") {
+    const std::string path = (dir_ / "e.ini").string();
+    std::ofstream(path) << "[include]\nmodel = " << model
+                        << "\nhardware = a100-pcie4-nvme\n[experiment]\nname = t\n"
+                           "systems = as,spec\n[workload]\ntrace = "
+                        << trace << "\n[run]\nwarmup_requests = 2\n";
+    return path;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(SimCliTest, ComparesSystemsAndWritesCompleteRuns) {
+  const std::string e = Experiment(Trace());
+  const fs::path db = dir_ / "r.sqlite";
+  Result r = Run("sim --config " + e + " --out " + db.string() + " -j 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("mean TTFT"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nspec "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nas "), std::string::npos) << r.out;
+  EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM runs WHERE complete = 1 AND status = 'ok'"), "2");
+  EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM run_summary"), "2");
+  EXPECT_EQ(Query(db, "SELECT requests FROM run_summary WHERE system = 'spec'"), "10");
+  EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM requests WHERE warmup = 1 AND run_id = 1"), "2");
+  EXPECT_NE(Query(db, "SELECT config FROM runs WHERE system = 'spec'").find("itf.enabled = true"),
+            std::string::npos);
+}
+
+TEST_F(SimCliTest, BadInputExitsTwoAndNamesTheProblem) {
+  const std::string trace = Trace(4);
+  const std::string e = Experiment(trace);
+  const std::string db = (dir_ / "r.sqlite").string();
+
+  Result r = Run("sim --config " + e + " --out " + db + " --systems spec,bogus");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("bogus"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("as_h2o_lfu"), std::string::npos) << "lists the known systems: " << r.err;
+
+  r = Run("sim --config " + e + " --out " + db + " --cache.gpu_capacty=4GiB");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("cache.gpu_capacty"), std::string::npos) << r.err;
+
+  r = Run("sim --config " + e + " --out " + db + " --workload.trace=" + (dir_ / "nope.kvt").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("nope.kvt"), std::string::npos) << r.err;
+
+  r = Run("sim --config " + Experiment(trace, "opt-6.7b") + " --out " + db + " --systems as");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("retarget"), std::string::npos) << r.err;
+  r = Run("sim --config " + Experiment(trace, "opt-6.7b") + " --out " + db +
+          " --systems as --workload.retarget=true");
+  EXPECT_EQ(r.code, 0) << r.err;
+
+  r = Run("sim --config " + e + " --out /nonexistent-dir/r.sqlite");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("/nonexistent-dir/r.sqlite"), std::string::npos) << r.err;
+
+  r = Run("sim --config " + e);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--out"), std::string::npos) << r.err;
+}
+
+TEST_F(SimCliTest, SweepRunsTheGridAndResumes) {
+  const std::string e = Experiment(Trace(6));
+  const std::string db = (dir_ / "s.sqlite").string();
+  Result r = Run("sweep --config " + e + " --systems spec --set cache.gpu_capacity=1GiB,4GiB "
+                 "--set itf.alpha=0,0.6 --out " + db + " -j 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("4 points (0 done before, 4 to run)"), std::string::npos) << r.err;
+  EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM runs WHERE complete = 1"), "4");
+  r = Run("sweep --config " + e + " --systems spec --set cache.gpu_capacity=1GiB,4GiB "
+          "--set itf.alpha=0,0.6,1 --out " + db + " -j 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("6 points (4 done before, 2 to run)"), std::string::npos) << r.err;
+  EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM runs WHERE complete = 1"), "6");
+}
+
+TEST_F(SimCliTest, KilledRunLeavesAConsistentIncompleteFile) {
+  const std::string e = Experiment(Trace(400));
+  const fs::path db = dir_ / "k.sqlite";
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);  // its own process group: the kill below reaches the simulation child too
+    execl(KVTIER_BIN, KVTIER_BIN, "sim", "--config", e.c_str(), "--out", db.c_str(), "--systems",
+          "as_h2o_lfu", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Kill the whole process group of the simulation once some requests are committed.
+  bool started = false;
+  for (int i = 0; i < 600 && !started; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const std::string n = fs::exists(db) ? Query(db, "SELECT COUNT(*) FROM requests") : "";
+    started = !n.empty() && n != "0";
+  }
+  ::kill(-pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(started) << "the simulation never committed a request";
+  EXPECT_EQ(Query(db, "PRAGMA integrity_check"), "ok");
+  EXPECT_EQ(Query(db, "SELECT complete FROM runs"), "0");
+  EXPECT_EQ(Query(db, "SELECT status FROM runs"), "running");
+  EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM run_summary"), "0") << "incomplete runs are excluded";
+}
+
+}  // namespace

@@ -1,0 +1,277 @@
+// Sanity of the simulated model on small configurations, parity of decisions between the
+// SimGrid executor and the FakeExecutor, and determinism. SimGrid allows one engine per
+// process, so tests that compare several simulations run each in a forked child.
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <numeric>
+
+#include "analysis/results_db.h"
+#include "core/pipeline.h"
+#include "models/cost_model.h"
+#include "sim/sim_executor.h"
+#include "sim/simulate.h"
+#include "tests/testutil/fake_executor.h"
+#include "tests/testutil/scripted_scores.h"
+#include "traces/generator.h"
+
+namespace kvtier::sim {
+namespace {
+
+using kvtier::testing::FakeExecutor;
+using kvtier::testing::ScriptedScores;
+
+ModelSpec Model() {  // a small OPT-shaped model: 4 layers, 8 heads of 64
+  ModelSpec m;
+  m.name = "opt-small";
+  m.family = ModelFamily::kOpt;
+  m.layers = 4;
+  m.hidden = 512;
+  m.heads = 8;
+  m.kv_heads = 8;
+  m.head_dim = 64;
+  m.ffn = 2048;
+  m.vocab = 50272;
+  m.max_context = 16384;
+  return m;
+}
+
+HardwareOptions Hw() {
+  HardwareOptions h;  // the paper's A100 + PCIe 4.0 + 5 GB/s NVMe defaults
+  h.gpu_flops = 312e12;
+  h.gpu_efficiency = 0.6;
+  return h;
+}
+
+SystemOptions System(const std::string& name) {
+  SystemOptions s;
+  s.name = name;
+  s.chunk_tokens = 64;
+  s.retention = 0.25;
+  s.itf_options.retention = 0.25;
+  s.cache.gpu_capacity = 0;
+  s.cache.cpu_capacity = 0;
+  if (name == "recomp") s.reuse = false;
+  if (name == "as") s.prefetch = PrefetchMode::kLayer;
+  if (name == "as_h2o_lfu") s.select = SelectPolicy::kH2o, s.prefetch = PrefetchMode::kLayer,
+                            s.cache_policy = "lfu";
+  if (name == "spec") s.select = SelectPolicy::kH2o, s.itf = true,
+                      s.prefetch = PrefetchMode::kLayer, s.cache_policy = "score";
+  return s;
+}
+
+Request Prefix(RequestId id, std::int64_t tokens, std::uint64_t base, std::int64_t query = 32) {
+  Request r;
+  r.id = id;
+  r.prefix.resize(std::size_t(tokens));
+  std::iota(r.prefix.begin(), r.prefix.end(), base);
+  r.query_tokens = query;
+  return r;
+}
+
+// Heads agree; importance falls with the token index (ITF passes).
+float Agreeing(const Request&, int, int, std::int64_t t) { return 1.0f / float(t + 1); }
+
+// Runs `fn` in a forked child and returns the doubles it writes (one SimGrid engine each).
+std::vector<double> InChild(const std::function<std::vector<double>()>& fn) {
+  int fds[2];
+  EXPECT_EQ(pipe(fds), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    std::vector<double> out = fn();
+    ssize_t n = write(fds[1], out.data(), out.size() * sizeof(double));
+    _exit(n == ssize_t(out.size() * sizeof(double)) ? 0 : 1);
+  }
+  close(fds[1]);
+  std::vector<double> out;
+  double v;
+  while (read(fds[0], &v, sizeof v) == ssize_t(sizeof v)) out.push_back(v);
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  return out;
+}
+
+// TTFT of the second of two requests with the same prefix (the first stores it), for each
+// prefix length; and SSD bytes of those second requests.
+std::vector<double> ReuseTtfts(const std::string& system, const std::vector<std::int64_t>& lens,
+                               bool ssd_bytes = false) {
+  ModelSpec m = Model();
+  SimExecutor ex(m, Hw());
+  ScriptedScores scores(Agreeing);
+  MemoryRunLog log;
+  PipelineOptions o;
+  o.system = System(system);
+  Pipeline p(m, o, &ex, &scores, &log);
+  ex.Run([&] {
+    RequestId id = 1;
+    for (std::size_t i = 0; i < lens.size(); ++i) {
+      const std::uint64_t base = 1000000 * (i + 1);
+      p.Run(Prefix(id++, lens[i], base));
+      p.Finish();
+      ex.Drain();  // the store finishes before the measured request
+      p.Run(Prefix(id++, lens[i], base));
+      ex.Drain();
+    }
+    p.Finish();
+  });
+  std::vector<double> out;
+  for (std::size_t i = 1; i < log.requests.size(); i += 2) {
+    out.push_back(ssd_bytes ? double(log.requests[i].ssd_read_bytes) : log.requests[i].ttft_s);
+  }
+  return out;
+}
+
+TEST(SimSanity, RecomputeGrowsSuperlinearlyAndSsdLoadingLinearly) {
+  const std::vector<std::int64_t> lens = {1024, 2048, 4096, 8192};
+  std::vector<double> recomp = InChild([&] { return ReuseTtfts("recomp", lens); });
+  std::vector<double> as = InChild([&] { return ReuseTtfts("as", lens); });
+  ASSERT_EQ(recomp.size(), 4u);
+  ASSERT_EQ(as.size(), 4u);
+  // Recompute: attention is quadratic, so doubling the prefix more than doubles the time.
+  EXPECT_GT(recomp[3] / recomp[2], 2.0);
+  EXPECT_GT(recomp[3] / recomp[0], 8.0 * 1.05);
+  // Full loading from the SSD (caches off): bytes are linear, so time doubles within 10%.
+  for (int i = 1; i < 4; ++i) {
+    EXPECT_NEAR(as[i] / as[i - 1], 2.0, 0.2) << "prefix " << lens[std::size_t(i)];
+  }
+}
+
+TEST(SimSanity, WarmGpuCacheBeatsRecompute) {
+  std::vector<double> r = InChild([] {
+    ModelSpec m = Model();
+    SimExecutor ex(m, Hw());
+    ScriptedScores scores(Agreeing);
+    MemoryRunLog log;
+    PipelineOptions o;
+    o.system = System("as");
+    o.system.cache.gpu_capacity = 8ull << 30;
+    Pipeline p(m, o, &ex, &scores, &log);
+    ex.Run([&] {
+      p.Prewarm(Prefix(1, 4096, 7));
+      p.Run(Prefix(2, 4096, 7));
+      p.Finish();
+    });
+    return std::vector<double>{log.requests[0].ttft_s, double(log.requests[0].ssd_read_bytes),
+                               double(log.requests[0].gpu_hit_chunks)};
+  });
+  const double recompute = PrefixRecomputeSeconds(Model(), Hw(), 4096 + 32);
+  EXPECT_EQ(r[1], 0.0) << "nothing read from the SSD";
+  EXPECT_EQ(r[2], 64.0 * 4 * 2) << "every K and V chunk of every layer hits the GPU";
+  EXPECT_LT(r[0], recompute);
+}
+
+TEST(SimSanity, SpecReadsLessThanH2oWhichReadsLessThanAs) {
+  const std::vector<std::int64_t> lens = {4096};
+  double as = InChild([&] { return ReuseTtfts("as", lens, true); }).at(0);
+  double h2o = InChild([&] { return ReuseTtfts("as_h2o_lfu", lens, true); }).at(0);
+  double spec = InChild([&] { return ReuseTtfts("spec", lens, true); }).at(0);
+  EXPECT_LT(spec, h2o);
+  EXPECT_LT(h2o, as);
+}
+
+// With ITF passing, identifying the important tokens reads the probe heads' keys instead of
+// every head's: key bytes for identification fall by kv_heads / probe_heads (8 / 3 here).
+TEST(SimSanity, ItfCutsIdentificationKeyBytesByHeadsOverProbeHeads) {
+  std::vector<double> r = InChild([] {
+    ModelSpec m = Model();
+    SimExecutor ex(m, Hw());
+    ScriptedScores scores(Agreeing);
+    MemoryRunLog log;
+    PipelineOptions o;
+    o.system = System("spec");
+    o.system.prefetch = PrefetchMode::kNone;
+    Pipeline p(m, o, &ex, &scores, &log);
+    ex.Run([&] {
+      p.Run(Prefix(1, 4096, 3));
+      p.Run(Prefix(2, 4096, 3));
+      p.Finish();
+    });
+    double probe = 0;
+    for (const auto& t : log.transfers) {
+      if (t.request_id == 2 && t.purpose == Purpose::kProbe && t.kind == TransferKind::kSsdRead) {
+        probe += double(t.bytes);
+      }
+    }
+    return std::vector<double>{probe};
+  });
+  const ModelSpec m = Model();
+  const double all_keys = 4096.0 * double(m.KBytesPerTokenLayer()) * m.layers;
+  EXPECT_DOUBLE_EQ(all_keys / r[0], 8.0 / 3.0);
+}
+
+// The same requests through SimGrid and the FakeExecutor give identical decision rows: the
+// pipeline's decisions never depend on the executor.
+TEST(SimParity, SameDecisionsAsFakeExecutor) {
+  auto run = [](Executor* ex, std::function<void(std::function<void()>)> drive) {
+    ModelSpec m = Model();
+    ScriptedScores scores([](const Request& r, int l, int h, std::int64_t t) {
+      return float(((t * 2654435761u) ^ (r.id * 40503u) ^ (l * 7u) ^ (h * 3u)) % 1000);
+    });
+    MemoryRunLog log;
+    PipelineOptions o;
+    o.system = System("spec");
+    o.system.cache.gpu_capacity = 4ull << 20;
+    o.system.cache.cpu_capacity = 16ull << 20;
+    // Reordering runs on executor time, so its passes are timing-dependent decisions
+    // (logged as such); parity is about everything else.
+    o.system.reorder = false;
+    Pipeline p(m, o, ex, &scores, &log);
+    drive([&] {
+      for (RequestId id = 1; id <= 12; ++id) {
+        p.Run(Prefix(id, 512 + 64 * std::int64_t(id % 4), 100 * (id % 3)));
+      }
+      p.Finish();
+    });
+    return log.decisions;
+  };
+  std::vector<DecisionRecord> fake_rows;
+  {
+    FakeExecutor fake({});
+    fake_rows = run(&fake, [](std::function<void()> body) { body(); });
+  }
+  // Serialise the SimGrid run's decisions through a child process.
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    SimExecutor ex(Model(), Hw());
+    auto rows = run(&ex, [&](std::function<void()> body) { ex.Run(body); });
+    std::string text;
+    for (const auto& d : rows) {
+      text += std::to_string(d.request_id) + "|" + std::to_string(d.layer) + "|" + d.kind + "|" +
+              std::to_string(d.chunk) + "|" + d.detail + "\n";
+    }
+    ssize_t n = write(fds[1], text.data(), text.size());
+    _exit(n == ssize_t(text.size()) ? 0 : 1);
+  }
+  close(fds[1]);
+  std::string sim_text;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) sim_text.append(buf, std::size_t(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::string fake_text;
+  for (const auto& d : fake_rows) {
+    fake_text += std::to_string(d.request_id) + "|" + std::to_string(d.layer) + "|" + d.kind +
+                 "|" + std::to_string(d.chunk) + "|" + d.detail + "\n";
+  }
+  EXPECT_GT(fake_rows.size(), 20u);
+  EXPECT_NE(fake_text.find("|itf|"), std::string::npos);
+  EXPECT_EQ(sim_text, fake_text);
+}
+
+}  // namespace
+}  // namespace kvtier::sim
