@@ -259,7 +259,7 @@ bool TieredCache::Admit(const HeapEntry& cand, Tier from, Tier target,
   return true;
 }
 
-void TieredCache::Access(ChunkId chunk, Bytes bytes, double important_ratio,
+Tier TieredCache::Access(ChunkId chunk, Bytes bytes, double important_ratio,
                          std::vector<CacheMove>* moves) {
   KVTIER_CHECK(bytes > 0, "Access of an empty chunk");
   KVTIER_CHECK(important_ratio >= 0 && important_ratio <= 1, "important_ratio must be in [0, 1]");
@@ -280,6 +280,7 @@ void TieredCache::Access(ChunkId chunk, Bytes bytes, double important_ratio,
   s.last_access = ++tick_;
   const double priority = policy_->Priority(s);
 
+  const Tier was = r->tier;
   switch (r->tier) {
     case Tier::kGpu:  // in GPU -> stays
       gpu_->Update(r, priority, s.last_access);
@@ -299,6 +300,7 @@ void TieredCache::Access(ChunkId chunk, Bytes bytes, double important_ratio,
     }
   }
   AfterCall(r);
+  return was;
 }
 
 bool TieredCache::Insert(ChunkId chunk, Bytes bytes, Tier tier, std::vector<CacheMove>* moves) {

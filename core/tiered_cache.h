@@ -72,9 +72,10 @@ class TieredCache {
 
   // Records one access to `chunk` (of `bytes`) that used `important_ratio` (in [0, 1]) of its
   // rows, then applies the access rules above. Appends the residency changes, in the order
-  // they happen, to *moves (does not clear it). REQUIRES: bytes > 0; the same chunk always
-  // has the same bytes.
-  void Access(ChunkId chunk, Bytes bytes, double important_ratio, std::vector<CacheMove>* moves);
+  // they happen, to *moves (does not clear it). Returns where the chunk was before the access
+  // (what Where() said just before the call), so a caller that needs both asks once.
+  // REQUIRES: bytes > 0; the same chunk always has the same bytes.
+  Tier Access(ChunkId chunk, Bytes bytes, double important_ratio, std::vector<CacheMove>* moves);
 
   // Places `chunk` in `tier` without an access (pre-warming, storing new prefix KV), if it
   // fits after the usual victim rules. Returns false when it was not placed. Appends moves.
