@@ -122,17 +122,21 @@ TokenSet TopK(std::span<const float> scores, std::int64_t k) {
   // The need-th smallest (key, index) of the boundary bucket is the last one kept.
   std::nth_element(boundary.begin(), boundary.begin() + (need - 1), boundary.end());
   const std::uint64_t last_kept = boundary[static_cast<std::size_t>(need - 1)];
-  idx.reserve(static_cast<std::size_t>(k));
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::uint32_t key = keys[static_cast<std::size_t>(i)];
-    const std::uint32_t bucket = key >> kShift;
-    if (bucket < b ||
-        (bucket == b &&
-         ((std::uint64_t{key} << 32) | static_cast<std::uint32_t>(i)) <= last_kept)) {
-      idx.push_back(static_cast<std::int32_t>(i));
-    }
+  // A token is kept iff its (key, index) <= last_kept. Branch-free emission (kept or not is a
+  // coin flip for the branch predictor): every token is written at the end and the end
+  // advances only for kept ones; one spare slot takes the writes after the k-th.
+  // last_kept + 1 cannot overflow: indices are < 2^31.
+  idx.resize(static_cast<std::size_t>(k) + 1);
+  std::int64_t kept = 0;
+  const std::uint64_t bound = last_kept + 1;
+  for (std::int64_t t = 0; t < n; ++t) {
+    const std::uint64_t packed =
+        (std::uint64_t{keys[static_cast<std::size_t>(t)]} << 32) | static_cast<std::uint32_t>(t);
+    idx[static_cast<std::size_t>(kept)] = static_cast<std::int32_t>(t);
+    kept += packed < bound;
   }
-  KVTIER_DCHECK(static_cast<std::int64_t>(idx.size()) == k, "TopK kept a wrong count");
+  KVTIER_DCHECK(kept == k, "TopK kept a wrong count");
+  idx.resize(static_cast<std::size_t>(k));
   return idx;
 }
 
@@ -214,14 +218,16 @@ ItfDecision SelectItf(std::span<const float> probe_scores, int probe_heads, std:
       chosen[static_cast<std::size_t>(cands[static_cast<std::size_t>(i)].token)] = 1;
     }
   }
-  d.voted.reserve(static_cast<std::size_t>(d.k));
+  // Branch-free emission, as in TopK.
+  d.voted.resize(static_cast<std::size_t>(d.k) + 1);
+  std::int64_t emitted = 0;
   for (std::int64_t t = 0; t < n; ++t) {
     const int v = votes[static_cast<std::size_t>(t)];
-    if (v > level || (v == level && chosen[static_cast<std::size_t>(t)])) {
-      d.voted.push_back(static_cast<std::int32_t>(t));
-    }
+    d.voted[static_cast<std::size_t>(emitted)] = static_cast<std::int32_t>(t);
+    emitted += (v > level) | ((v == level) & (chosen[static_cast<std::size_t>(t)] != 0));
   }
-  KVTIER_DCHECK(static_cast<std::int64_t>(d.voted.size()) == d.k, "the vote kept a wrong count");
+  KVTIER_DCHECK(emitted == d.k, "the vote kept a wrong count");
+  d.voted.resize(static_cast<std::size_t>(d.k));
   return d;
 }
 
