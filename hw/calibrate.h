@@ -1,0 +1,57 @@
+#pragma once
+// Calibration (`kvtier calibrate`): measures this machine with the hw path's own engine and
+// writes a hardware profile INI the simulator reads (configs/hardware/*.ini keys), so the
+// simulator's SSD, memory, PCIe and compute models can be checked against `kvtier hw`
+// (notes/hw-path.md 6.5 item 9).
+//
+//   ssd.read_bw      O_DIRECT random reads of `block` bytes at queue depth `queue_depth`
+//                    through the IoEngine (io_uring, else pread), on a scratch file
+//   ssd.latency      QD1 mean time per read minus block / read_bw (the sim charges
+//                    ceil(ios/QD) * latency + bytes / bw)
+//   ssd.write_bw     O_DIRECT sequential 1 MiB writes
+//   cpu.memcpy_bw    cold block copies cycling through two arenas (never one hot buffer)
+//   cpu.gather_bw    rows of `row_bytes` gathered out of staged chunks (half the rows)
+//   pcie.h2d/d2h_bw  cuda: pinned cudaMemcpyAsync timed with events; host backend: memcpy into
+//                    a separate "device" arena (what the host backend's copies cost)
+//   pcie.latency     per-copy overhead: small (4 KiB) copy time minus bytes / bw
+//   gpu.flops        cuda: cuBLAS fp32 GEMM; host: Eigen fp32 GEMM, with gpu.efficiency = 1
+//                    (the measured rate already is the achieved one)
+//   gpu.mem_bw       host: memcpy bandwidth; cuda: device-to-device copy
+// `quick` shrinks every measurement (a few seconds, for tests). Not thread-safe.
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+
+namespace kvtier::hw {
+
+struct CalibrateOptions {
+  std::string name;               // hardware.name (default: "calibrated-<host>")
+  std::string dir;                // scratch directory on the disk to measure
+  std::uint64_t block = 64 << 10; // SSD block = the pipeline's chunk read size
+  int queue_depth = 32;
+  std::uint64_t row_bytes = 384;  // gather row size (one token's K of one layer)
+  bool quick = false;
+  bool allow_buffered = false;    // measure a file system without O_DIRECT (recorded in source)
+};
+
+struct CalibrateResult {
+  std::string backend;      // host | cuda
+  std::string io_backend;   // io_uring | pread
+  bool direct_io = true;
+  double ssd_read_bw = 0, ssd_latency_s = 0, ssd_qd1_bw = 0, ssd_write_bw = 0;
+  double memcpy_bw = 0, gather_bw = 0;
+  double h2d_bw = 0, d2h_bw = 0, pcie_latency_s = 0;
+  double gemm_flops = 0, mem_bw = 0, kernel_overhead_s = 0;
+  std::string gpu_name;
+  double seconds = 0;       // how long calibration took
+};
+
+// Measures. IoError/Unavailable when the scratch file cannot be used (e.g. no O_DIRECT).
+Status Calibrate(const CalibrateOptions& options, CalibrateResult* out);
+
+// The profile INI text ([hardware] name/source, [ssd], [cpu], [pcie], [gpu]).
+std::string ProfileIni(const CalibrateOptions& options, const CalibrateResult& r);
+
+}  // namespace kvtier::hw

@@ -1,0 +1,1095 @@
+#include "hw/hw_executor.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "hw/arena.h"
+#include "hw/chunk_store.h"
+#include "hw/host_compute.h"
+#include "hw/posix_util.h"
+#include "models/cost_model.h"
+
+#if KVTIER_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "kernels/cublas_gemm.h"
+#endif
+
+namespace kvtier::hw {
+
+std::string_view DeviceBackendName(DeviceBackend b) {
+  switch (b) {
+    case DeviceBackend::kAuto: return "auto";
+    case DeviceBackend::kHost: return "host";
+    case DeviceBackend::kCuda: return "cuda";
+  }
+  return "?";
+}
+
+std::string_view ComputeModeName(ComputeMode m) {
+  return m == ComputeMode::kReal ? "real" : "modeled";
+}
+
+namespace {
+
+std::uint64_t Mix(std::uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Sleeps until CLOCK_MONOTONIC reaches `target_ns`: a kernel sleep for all but the last 40 us,
+// then a short spin (a sleep alone overshoots by 50-100 us; a spin alone would steal one of the
+// two cores from the I/O threads).
+void SleepUntilNs(std::int64_t target_ns) {
+  constexpr std::int64_t kSpinNs = 40000;
+  std::int64_t now = MonotonicNowNs();
+  if (target_ns - now > kSpinNs) {
+    timespec ts;
+    const std::int64_t wake = target_ns - kSpinNs;
+    ts.tv_sec = wake / 1000000000;
+    ts.tv_nsec = wake % 1000000000;
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+    }
+  }
+  while (MonotonicNowNs() < target_ns) {
+  }
+}
+
+IoClass ClassOf(Purpose p) {
+  switch (p) {
+    case Purpose::kDemand:
+    case Purpose::kCakeLoad: return IoClass::kDemand;
+    case Purpose::kProbe: return IoClass::kProbe;
+    default: return IoClass::kPrefetch;
+  }
+}
+
+// A persistent worker thread serving a FIFO of jobs (a "stream", notes/hw-path.md 6.6).
+class Lane {
+ public:
+  Lane() : thread_([this] { Loop(); }) {}
+  ~Lane() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void Post(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      jobs_.push_back(std::move(job));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> l(mu_);
+    while (true) {
+      cv_.wait(l, [&] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;
+      auto job = std::move(jobs_.front());
+      jobs_.pop_front();
+      l.unlock();
+      job();
+      l.lock();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// A byte ring inside one arena slot: allocations are 4 KiB-aligned and wrap around. A consumer
+// can tell whether its bytes were overwritten (the ring allocated more than its size since).
+struct Ring {
+  std::byte* base = nullptr;
+  Bytes size = 0;
+  Bytes pos = 0;
+  std::uint64_t total = 0;  // bytes handed out so far
+  std::mutex mu;
+
+  std::pair<std::byte*, std::uint64_t> Allocate(Bytes bytes) {
+    bytes = RoundUp(std::max<Bytes>(bytes, 1), kChunkAlign);
+    std::lock_guard<std::mutex> l(mu);
+    if (bytes > size) bytes = size;  // callers split larger copies into pieces
+    if (pos + bytes > size) {
+      total += size - pos;
+      pos = 0;
+    }
+    std::byte* p = base + pos;
+    pos += bytes;
+    total += bytes;
+    return {p, total};
+  }
+  bool Overwritten(std::uint64_t stamp) {
+    std::lock_guard<std::mutex> l(mu);
+    return total - stamp + 1 > size;
+  }
+};
+
+}  // namespace
+
+void FillChunkContent(ChunkId id, Bytes length, std::byte* dst) {
+  const Bytes words = length / 8;
+  std::uint64_t* w = reinterpret_cast<std::uint64_t*>(dst);
+  const std::uint64_t seed = Mix(id.value);
+  if (words > 0) w[0] = id.value;
+  if (words > 1) w[1] = length;
+  for (Bytes i = 2; i < words; ++i) w[i] = seed ^ (i * 0xD6E8FEB86659FD93ull);
+  for (Bytes i = words * 8; i < length; ++i) dst[i] = std::byte(seed >> (8 * (i % 8)));
+}
+
+Status CheckChunkContent(ChunkId id, Bytes length, const std::byte* data, bool full) {
+  const std::uint64_t* w = reinterpret_cast<const std::uint64_t*>(data);
+  if (length >= 16 && (w[0] != id.value || w[1] != length)) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "header holds id 0x%016llx length %llu",
+                  (unsigned long long)w[0], (unsigned long long)w[1]);
+    return Status::IoError(DescribeChunk(id) + ": content check failed: " + buf);
+  }
+  if (!full) return Status::OK();
+  const std::uint64_t seed = Mix(id.value);
+  const Bytes words = length / 8;
+  for (Bytes i = 2; i < words; ++i) {
+    if (w[i] != (seed ^ (i * 0xD6E8FEB86659FD93ull))) {
+      return Status::IoError(DescribeChunk(id) + ": content check failed at byte " +
+                             std::to_string(i * 8));
+    }
+  }
+  for (Bytes i = words * 8; i < length; ++i) {
+    if (data[i] != std::byte(seed >> (8 * (i % 8)))) {
+      return Status::IoError(DescribeChunk(id) + ": content check failed at byte " +
+                             std::to_string(i));
+    }
+  }
+  return Status::OK();
+}
+
+// ---- implementation ---------------------------------------------------------------------------
+
+struct HwExecutor::Impl {
+  struct OpState {
+    OpId id = kNoOp;
+    bool is_transfer = true;
+    TransferOp t;
+    ComputeOp c;
+    int pending = 0;
+    std::vector<OpId> dependents;
+    bool done = false;
+    Status status;
+    OpTimes times;
+    // SSD reads: pieces still in flight, and the first error.
+    std::atomic<int> pieces_left{0};
+    std::mutex err_mu;
+    Status first_error;
+  };
+  using OpPtr = std::shared_ptr<OpState>;
+
+  // Where a chunk's bytes are in host memory (an arena slot or a ring piece).
+  struct Loc {
+    std::byte* p = nullptr;
+    Bytes length = 0;
+    Ring* ring = nullptr;  // null: a CPU-cache slot
+    std::uint64_t stamp = 0;
+  };
+
+  ModelSpec model;
+  HardwareOptions hardware;
+  HwExecutorOptions opt;
+  DeviceBackend backend = DeviceBackend::kHost;
+  Bytes slot_bytes = 0;
+
+  std::unique_ptr<ChunkStore> store;
+  std::unique_ptr<IoEngine> io;
+  std::unique_ptr<HostArena> staging_arena, gather_arena, cpu_arena;
+  std::unique_ptr<DeviceArena> gpu_arena, work_arena;
+  Ring staging, gather, work;
+  std::uint32_t cpu_usable = 0, gpu_usable = 0;
+  std::unique_ptr<HostCompute> host_compute;
+  std::vector<std::byte> fill_buf;  // writer thread only
+
+  std::atomic<std::int64_t> t0_ns{0};
+
+  // Scheduler state.
+  std::mutex mu;
+  std::condition_variable cv;
+  OpId next_id = 1;
+  std::unordered_map<OpId, OpPtr> ops;
+  std::int64_t incomplete = 0;
+  std::unordered_map<ChunkId, OpId> pending_puts;  // chunk -> store op not yet complete
+
+  // Residency and locations.
+  std::mutex res_mu;
+  std::unordered_map<ChunkId, std::uint32_t> cpu_slots, gpu_slots;
+  std::unordered_map<ChunkId, Loc> host_loc, gathered_loc;
+
+  std::mutex stats_mu;
+  HwExecutorStats st;
+
+  // Lanes last: destroyed first, so no job runs against freed state.
+  std::unique_ptr<Lane> h2d_lane, d2h_lane, cpu_lane, compute_lane, write_lane;
+
+#if KVTIER_HAVE_CUDA
+  cudaStream_t h2d_stream = nullptr, d2h_stream = nullptr, compute_stream = nullptr;
+  cudaEvent_t anchor = nullptr;
+  std::int64_t anchor_ns = 0;
+  std::unique_ptr<kernels::CublasGemm> gemm;
+  float* dev_scratch = nullptr;
+  std::size_t dev_scratch_floats = 0;
+#endif
+
+  Seconds Now() const { return double(MonotonicNowNs() - t0_ns.load()) * 1e-9; }
+
+  // ---- completion and dispatch ----
+
+  void Complete(const OpPtr& op, Status status, Seconds start_s, Seconds end_s) {
+    std::vector<OpPtr> ready;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      op->status = std::move(status);
+      op->times.start_s = std::max(op->times.submit_s, start_s);
+      op->times.end_s = std::max(op->times.start_s, end_s);
+      op->done = true;
+      --incomplete;
+      if (op->is_transfer && op->t.kind == TransferKind::kSsdWrite) {
+        for (const ChunkIo& c : op->t.chunks) {
+          auto it = pending_puts.find(c.chunk);
+          if (it != pending_puts.end() && it->second == op->id) pending_puts.erase(it);
+        }
+      }
+      for (OpId d : op->dependents) {
+        auto it = ops.find(d);
+        if (it == ops.end()) continue;
+        if (--it->second->pending == 0) ready.push_back(it->second);
+      }
+      op->dependents.clear();
+    }
+    cv.notify_all();
+    for (const OpPtr& r : ready) Dispatch(r);
+  }
+
+  void Dispatch(const OpPtr& op) {
+    if (!op->is_transfer) {
+      compute_lane->Post([this, op] { RunCompute(op); });
+      return;
+    }
+    switch (op->t.kind) {
+      case TransferKind::kSsdRead: IssueRead(op); break;
+      case TransferKind::kSsdWrite: write_lane->Post([this, op] { RunWrite(op); }); break;
+      case TransferKind::kCpuGather: cpu_lane->Post([this, op] { RunGather(op); }); break;
+      case TransferKind::kH2D: h2d_lane->Post([this, op] { RunCopy(op, true); }); break;
+      case TransferKind::kD2H: d2h_lane->Post([this, op] { RunCopy(op, false); }); break;
+    }
+  }
+
+  // ---- SSD reads ----
+
+  void PieceDone(const OpPtr& op, Status s) {
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> l(op->err_mu);
+      if (op->first_error.ok()) op->first_error = std::move(s);
+    }
+    if (op->pieces_left.fetch_sub(1) == 1) {
+      Status err;
+      {
+        std::lock_guard<std::mutex> l(op->err_mu);
+        err = op->first_error;
+      }
+      Complete(op, err, op->times.start_s, Now());
+    }
+  }
+
+  void IssueRead(const OpPtr& op) {
+    op->times.start_s = Now();
+    struct Piece {
+      ChunkId id;
+      ChunkLocation loc;
+      std::byte* dst;
+      bool have_loc;
+    };
+    std::vector<Piece> pieces;
+    if (op->t.chunks.empty()) {
+      // A bytes-only read (the reorderer's repack reads carry no chunk list): read that many
+      // bytes of the data file, in slot-sized pieces, into staging. Honest bandwidth, no content.
+      Bytes left = RoundUp(std::max<Bytes>(op->t.bytes, 1), kChunkAlign);
+      Bytes off = 0;
+      const Bytes cap = store->capacity_bytes();
+      while (left > 0) {
+        const Bytes n = std::min<Bytes>({left, slot_bytes, Bytes(1) << 20});
+        if (off + n > cap) off = 0;
+        ChunkLocation loc;
+        loc.offset = off;
+        loc.length = n;
+        pieces.push_back({ChunkId{0}, loc, staging.Allocate(n).first, true});
+        off += n;
+        left -= n;
+      }
+    } else {
+      std::lock_guard<std::mutex> l(res_mu);
+      for (const ChunkIo& c : op->t.chunks) {
+        Piece p{c.chunk, {}, nullptr, false};
+        if (auto loc = store->Lookup(c.chunk)) {
+          p.loc = *loc;
+          p.have_loc = true;
+          Loc dst;
+          auto slot = cpu_slots.find(c.chunk);
+          if (slot != cpu_slots.end() && p.loc.extent_bytes() <= slot_bytes) {
+            dst.p = cpu_arena->slot(slot->second);
+          } else {
+            auto [ptr, stamp] = staging.Allocate(p.loc.extent_bytes());
+            dst.p = ptr;
+            dst.ring = &staging;
+            dst.stamp = stamp;
+          }
+          dst.length = p.loc.length;
+          p.dst = dst.p;
+          host_loc[c.chunk] = dst;
+          gathered_loc.erase(c.chunk);
+        }
+        pieces.push_back(p);
+      }
+    }
+    op->pieces_left.store(int(pieces.size()));
+    if (pieces.empty()) {
+      Complete(op, Status::OK(), op->times.start_s, Now());
+      return;
+    }
+    const IoClass cls = ClassOf(op->t.purpose);
+    const bool full = opt.verify;
+    for (const Piece& p : pieces) {
+      if (!p.have_loc) {
+        PieceDone(op, Status::NotFound(DescribeChunk(p.id) + ": not in the chunk store " +
+                                       store->data_path()));
+        continue;
+      }
+      ReadRequest r;
+      r.chunk_id = p.id;
+      r.tag = op->t.request;
+      r.io_class = cls;
+      r.offset = p.loc.offset;
+      r.length = p.loc.extent_bytes();
+      r.dst = p.dst;
+      const bool check = !op->t.chunks.empty();
+      const Bytes length = p.loc.length;
+      const std::byte* dst = p.dst;
+      r.on_complete = [this, op, check, length, dst, full](const ReadResult& res) {
+        Status s = res.status;
+        if (s.ok() && check) s = CheckChunkContent(res.chunk_id, length, dst, full);
+        {
+          std::lock_guard<std::mutex> l(stats_mu);
+          st.bytes_read += res.bytes;
+          if (check) ++st.chunks_read;
+          if (check && full && s.ok()) ++st.chunks_verified;
+        }
+        PieceDone(op, std::move(s));
+      };
+      io->Submit(std::move(r));
+    }
+  }
+
+  // ---- SSD writes ----
+
+  void RunWrite(const OpPtr& op) {
+    const Seconds start = Now();
+    Status status;
+    Bytes written = 0;
+    std::uint64_t chunks = 0;
+    auto put = [&](ChunkId id, Bytes len) {
+      if (fill_buf.size() < len) fill_buf.resize(len);
+      FillChunkContent(id, len, fill_buf.data());
+      Status s = store->Put(id, std::span<const std::byte>(fill_buf.data(), len));
+      if (!s.ok() && status.ok()) status = s;
+      written += len;
+    };
+    if (!op->t.chunks.empty()) {
+      for (const ChunkIo& c : op->t.chunks) {
+        if (c.bytes == 0) continue;
+        put(c.chunk, c.bytes);
+        ++chunks;
+      }
+    } else {
+      // Bytes-only writes (repacks): scratch chunk ids in a reserved segment, so the write
+      // bandwidth is real and the extents are recycled by the next repack.
+      Bytes left = op->t.bytes;
+      std::uint32_t i = 0;
+      while (left > 0) {
+        const Bytes n = std::min<Bytes>(left, slot_bytes);
+        put(ChunkId::Make(0xFFFFFFFFu, KvKind::kKey, 0, i++), n);
+        left -= n;
+      }
+    }
+    {
+      std::lock_guard<std::mutex> l(stats_mu);
+      st.bytes_written += written;
+      st.chunks_written += chunks;
+    }
+    Complete(op, status, start, Now());
+  }
+
+  // ---- CPU gather ----
+
+  // Where `c`'s bytes are on the host: its CPU slot, its staged copy, or (none known) a
+  // staging piece standing in for it (counted as an overflow).
+  Loc SourceOf(ChunkId c, Bytes need, bool prefer_gathered) {
+    std::lock_guard<std::mutex> l(res_mu);
+    if (prefer_gathered) {
+      auto g = gathered_loc.find(c);
+      if (g != gathered_loc.end()) return g->second;
+    }
+    auto h = host_loc.find(c);
+    if (h != host_loc.end()) return h->second;
+    auto s = cpu_slots.find(c);
+    if (s != cpu_slots.end()) return Loc{cpu_arena->slot(s->second), slot_bytes, nullptr, 0};
+    Loc loc;
+    auto [p, stamp] = staging.Allocate(std::min(need, staging.size));
+    loc.p = p;
+    loc.length = std::min(need, staging.size);
+    loc.ring = &staging;
+    loc.stamp = stamp;
+    return loc;
+  }
+
+  void NoteIfOverwritten(const Loc& loc) {
+    if (loc.ring != nullptr && loc.ring->Overwritten(loc.stamp)) {
+      std::lock_guard<std::mutex> l(stats_mu);
+      ++st.staging_reused;
+    }
+  }
+
+  // Bytes one selected row of `c` occupies in storage (a whole token's K/V or probe keys).
+  Bytes TokenBytes(ChunkId c) const {
+    return c.kind() == KvKind::kProbeKey ? Bytes(opt.probe_heads) * model.RowBytes()
+                                         : model.KBytesPerTokenLayer();
+  }
+
+  void RunGather(const OpPtr& op) {
+    const Seconds start = Now();
+    Bytes moved = 0;
+    for (const ChunkIo& c : op->t.chunks) {
+      if (c.bytes == 0) continue;
+      const Loc src = SourceOf(c.chunk, c.bytes, false);
+      auto [dst, stamp] = gather.Allocate(c.bytes);
+      const Bytes token = TokenBytes(c.chunk);
+      const Bytes per_row = c.rows.empty() ? c.bytes : std::max<Bytes>(1, c.bytes / c.rows.size());
+      Bytes out = 0;
+      if (c.rows.empty()) {
+        std::memcpy(dst, src.p, std::min(c.bytes, src.length));
+        out = c.bytes;
+      } else {
+        for (std::uint16_t r : c.rows) {
+          const Bytes off = Bytes(r) * token;
+          if (off + per_row > src.length || out + per_row > gather.size) break;
+          std::memcpy(dst + out, src.p + off, per_row);
+          out += per_row;
+        }
+      }
+      NoteIfOverwritten(src);
+      moved += out;
+      std::lock_guard<std::mutex> l(res_mu);
+      gathered_loc[c.chunk] = Loc{dst, out, &gather, stamp};
+    }
+    {
+      std::lock_guard<std::mutex> l(stats_mu);
+      st.bytes_gathered += moved;
+    }
+    Complete(op, Status::OK(), start, Now());
+  }
+
+  // ---- PCIe copies ----
+
+  // Device destination of `c` (its GPU-cache slot, else a working-ring piece).
+  std::byte* DeviceDst(ChunkId c, Bytes bytes) {
+    {
+      std::lock_guard<std::mutex> l(res_mu);
+      auto s = gpu_slots.find(c);
+      if (s != gpu_slots.end() && bytes <= slot_bytes) return gpu_arena->slot(s->second);
+    }
+    return work.Allocate(bytes).first;
+  }
+
+  // One host<->device copy of `n` bytes (host backend: memcpy; cuda: async on the lane's stream).
+  void CopyBytes(std::byte* dst, const std::byte* src, Bytes n, bool h2d) {
+    if (n == 0) return;
+#if KVTIER_HAVE_CUDA
+    if (backend == DeviceBackend::kCuda) {
+      cudaMemcpyAsync(dst, src, n, h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                      h2d ? h2d_stream : d2h_stream);
+      return;
+    }
+#endif
+    (void)h2d;
+    std::memcpy(dst, src, n);
+  }
+
+  void RunCopy(const OpPtr& op, bool h2d) {
+    const std::int64_t start_ns = MonotonicNowNs();
+    const Seconds start = Now();
+#if KVTIER_HAVE_CUDA
+    cudaEvent_t ev_start = nullptr, ev_end = nullptr;
+    if (backend == DeviceBackend::kCuda) {
+      cudaEventCreate(&ev_start);
+      cudaEventCreate(&ev_end);
+      cudaEventRecord(ev_start, h2d ? h2d_stream : d2h_stream);
+    }
+#endif
+    Bytes moved = 0;
+    std::uint32_t copies = 0;
+    if (!op->t.chunks.empty()) {
+      for (const ChunkIo& c : op->t.chunks) {
+        if (c.bytes == 0) continue;
+        if (h2d) {
+          const bool rows_partial = !c.rows.empty();
+          const Loc src = SourceOf(c.chunk, c.bytes, rows_partial);
+          std::byte* dst = DeviceDst(c.chunk, c.bytes);
+          const bool contiguous = !rows_partial || src.ring == &gather;
+          if (contiguous) {
+            const Bytes n = std::min({c.bytes, src.length, slot_bytes});
+            CopyBytes(dst, src.p, n, true);
+            moved += n;
+            ++copies;
+          } else {
+            // Rows straight out of a CPU-cache slot: one copy per row (a scattered copy).
+            const Bytes token = TokenBytes(c.chunk);
+            const Bytes per_row = std::max<Bytes>(1, c.bytes / c.rows.size());
+            Bytes out = 0;
+            for (std::uint16_t r : c.rows) {
+              const Bytes off = Bytes(r) * token;
+              if (off + per_row > src.length || out + per_row > slot_bytes) break;
+              CopyBytes(dst + out, src.p + off, per_row, true);
+              out += per_row;
+              ++copies;
+            }
+            moved += out;
+          }
+          NoteIfOverwritten(src);
+        } else {
+          // Demotion: the chunk's device slot (or a working piece) into its CPU slot or staging.
+          std::byte* src = DeviceDst(c.chunk, c.bytes);
+          std::byte* dst = nullptr;
+          {
+            std::lock_guard<std::mutex> l(res_mu);
+            auto s = cpu_slots.find(c.chunk);
+            if (s != cpu_slots.end()) dst = cpu_arena->slot(s->second);
+          }
+          if (dst == nullptr) dst = staging.Allocate(c.bytes).first;
+          const Bytes n = std::min(c.bytes, slot_bytes);
+          CopyBytes(dst, src, n, false);
+          moved += n;
+          ++copies;
+        }
+      }
+    } else {
+      // Bytes only (e.g. the store's D2H of new KV): ring-sized pieces between the rings.
+      Bytes left = op->t.bytes;
+      while (left > 0) {
+        const Bytes n = std::min<Bytes>(left, slot_bytes);
+        std::byte* dev = work.Allocate(n).first;
+        std::byte* host = staging.Allocate(n).first;
+        if (h2d) {
+          CopyBytes(dev, host, n, true);
+        } else {
+          CopyBytes(host, dev, n, false);
+        }
+        moved += n;
+        left -= n;
+      }
+      copies = std::max<std::uint32_t>(1, op->t.ios);
+    }
+    Seconds end = Now();
+#if KVTIER_HAVE_CUDA
+    if (backend == DeviceBackend::kCuda) {
+      cudaStream_t s = h2d ? h2d_stream : d2h_stream;
+      cudaEventRecord(ev_end, s);
+      cudaEventSynchronize(ev_end);  // this op's event only: no device-wide sync
+      float a = 0, b = 0;
+      cudaEventElapsedTime(&a, anchor, ev_start);
+      cudaEventElapsedTime(&b, anchor, ev_end);
+      const Seconds base = double(anchor_ns - t0_ns.load()) * 1e-9;
+      Status status;
+      if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+        status = Status::CudaError(std::string(h2d ? "H2D" : "D2H") + " copy failed: " +
+                                   cudaGetErrorString(e));
+      }
+      cudaEventDestroy(ev_start);
+      cudaEventDestroy(ev_end);
+      {
+        std::lock_guard<std::mutex> l(stats_mu);
+        (h2d ? st.bytes_h2d : st.bytes_d2h) += moved;
+      }
+      Complete(op, status, base + a * 1e-3, base + b * 1e-3);
+      return;
+    }
+#endif
+    if (opt.pace_pcie) {
+      // The link cannot be faster than configured: bytes / bw + latency per copy, counted from
+      // the op's start on this (serial) lane. Pacing only ever slows a copy down.
+      const double bw = h2d ? hardware.pcie_h2d_bw : hardware.pcie_d2h_bw;
+      const double min_s = double(moved) / bw + double(copies) * hardware.pcie_latency;
+      SleepUntilNs(start_ns + std::int64_t(min_s * 1e9));
+      end = Now();
+    }
+    {
+      std::lock_guard<std::mutex> l(stats_mu);
+      (h2d ? st.bytes_h2d : st.bytes_d2h) += moved;
+    }
+    Complete(op, Status::OK(), start, end);
+  }
+
+  // ---- compute ----
+
+  void RunCompute(const OpPtr& op) {
+    const std::int64_t start_ns = MonotonicNowNs();
+    const Seconds start = Now();
+    Status status;
+#if KVTIER_HAVE_CUDA
+    if (backend == DeviceBackend::kCuda) {
+      RunCudaCompute(op, &status);
+      return;
+    }
+#endif
+    if (opt.compute == ComputeMode::kReal) {
+      host_compute->Run(op->c);
+    } else {
+      const Seconds d = ComputeSeconds(model, hardware, op->c);
+      SleepUntilNs(start_ns + std::int64_t(d * 1e9));
+    }
+    const Seconds end = Now();
+    {
+      std::lock_guard<std::mutex> l(stats_mu);
+      ++st.compute_ops;
+      st.compute_busy_s += end - start;
+    }
+    Complete(op, status, start, end);
+  }
+
+#if KVTIER_HAVE_CUDA
+  float* Scratch(std::size_t floats) {
+    if (floats > dev_scratch_floats) {
+      if (dev_scratch) cudaFree(dev_scratch);
+      dev_scratch = nullptr;
+      if (cudaMalloc(reinterpret_cast<void**>(&dev_scratch), floats * sizeof(float)) != cudaSuccess) return nullptr;
+      dev_scratch_floats = floats;
+    }
+    return dev_scratch;
+  }
+
+  // cuBLAS GEMMs at the model's shapes (random/uninitialised weights: timing only), with
+  // attention as per-head GEMMs, timed with events on the compute stream.
+  void RunCudaCompute(const OpPtr& op, Status* status) {
+    const ComputeOp& c = op->c;
+    const int d = model.hidden, hd = model.head_dim, H = model.heads, KV = model.kv_heads;
+    const std::int64_t n = std::max<std::int64_t>(1, c.new_tokens);
+    const std::int64_t m = std::max<std::int64_t>(n, c.context_tokens);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaEventRecord(e0, compute_stream);
+    auto gemm = [&](std::int64_t mm, std::int64_t nn, std::int64_t kk) {
+      float* a = Scratch(std::size_t(mm * kk + kk * nn + mm * nn));
+      if (a == nullptr) {
+        *status = Status::CudaError("cudaMalloc of compute scratch failed");
+        return;
+      }
+      Status s = this->gemm->Gemm(int32_t(mm), int32_t(nn), int32_t(kk), a, a + mm * kk, false,
+                                  a + mm * kk + kk * nn, compute_stream);
+      if (!s.ok() && status->ok()) *status = s;
+    };
+    auto layer = [&](std::int64_t nn, std::int64_t mm) {
+      gemm(nn, (H + 2 * KV) * hd, d);
+      for (int h = 0; h < H; ++h) {
+        gemm(nn, mm, hd);  // Q K^T
+        gemm(nn, hd, mm);  // P V
+      }
+      gemm(nn, d, H * hd);
+      const int mats = model.family == ModelFamily::kOpt ? 1 : 2;
+      for (int i = 0; i < mats; ++i) gemm(nn, model.ffn, d);
+      gemm(nn, d, model.ffn);
+    };
+    switch (c.kind) {
+      case ComputeKind::kLayerPrefill: layer(n, m); break;
+      case ComputeKind::kChunkPrefill:
+        for (int l = 0; l < model.layers; ++l) layer(n, m);
+        break;
+      case ComputeKind::kDecodeStep:
+        for (int l = 0; l < model.layers; ++l) layer(1, m);
+        break;
+      case ComputeKind::kProbeScores:
+      case ComputeKind::kFullScores: {
+        const int heads = (c.heads > 0 ? std::min(c.heads, KV) : KV) * std::max(1, H / KV);
+        for (int h = 0; h < std::min(heads, H); ++h) gemm(n, std::max<std::int64_t>(1, c.context_tokens), hd);
+        break;
+      }
+      case ComputeKind::kOutputLayer: gemm(1, model.vocab, d); break;
+    }
+    cudaEventRecord(e1, compute_stream);
+    cudaEventSynchronize(e1);
+    float a = 0, b = 0;
+    cudaEventElapsedTime(&a, anchor, e0);
+    cudaEventElapsedTime(&b, anchor, e1);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    const Seconds base = double(anchor_ns - t0_ns.load()) * 1e-9;
+    {
+      std::lock_guard<std::mutex> l(stats_mu);
+      ++st.compute_ops;
+      st.compute_busy_s += (b - a) * 1e-3;
+    }
+    Complete(op, *status, base + a * 1e-3, base + b * 1e-3);
+  }
+#endif
+
+  // ---- submission ----
+
+  OpId SubmitOp(OpPtr op, std::span<const OpId> after) {
+    bool ready = false;
+    if (!op->is_transfer && op->c.heads > model.kv_heads) {
+      // The Pipeline's H2O step names query heads; the cost model counts KV heads (their query
+      // groups included), so clamp as ComputeCost would need (all KV heads).
+      op->c.heads = model.kv_heads;
+    }
+    {
+      std::lock_guard<std::mutex> l(mu);
+      op->id = next_id++;
+      op->times.submit_s = Now();
+      auto depend = [&](OpId dep) {
+        if (dep == kNoOp || dep == op->id) return;
+        auto it = ops.find(dep);
+        if (it == ops.end() || it->second->done) return;  // retired or complete
+        ++op->pending;
+        it->second->dependents.push_back(op->id);
+      };
+      for (OpId dep : after) depend(dep);
+      if (op->is_transfer && op->t.kind == TransferKind::kSsdRead) {
+        // Read-after-write: a chunk whose store is still in flight is read once it is durable.
+        for (const ChunkIo& c : op->t.chunks) {
+          auto it = pending_puts.find(c.chunk);
+          if (it == pending_puts.end()) continue;
+          depend(it->second);
+          std::lock_guard<std::mutex> s(stats_mu);
+          ++st.raw_waits;
+        }
+      }
+      if (op->is_transfer && op->t.kind == TransferKind::kSsdWrite) {
+        for (const ChunkIo& c : op->t.chunks) pending_puts[c.chunk] = op->id;
+      }
+      ops.emplace(op->id, op);
+      ++incomplete;
+      ready = op->pending == 0;
+    }
+    if (ready) Dispatch(op);
+    return op->id;
+  }
+};
+
+// ---- HwExecutor ------------------------------------------------------------------------------
+
+HwExecutor::HwExecutor() : impl_(std::make_unique<Impl>()) {}
+
+HwExecutor::~HwExecutor() {
+  if (!impl_) return;
+  Drain();
+  Impl& m = *impl_;
+  m.h2d_lane.reset();
+  m.d2h_lane.reset();
+  m.cpu_lane.reset();
+  m.compute_lane.reset();
+  m.write_lane.reset();
+  m.io.reset();
+#if KVTIER_HAVE_CUDA
+  if (m.backend == DeviceBackend::kCuda) {
+    m.gemm.reset();
+    if (m.dev_scratch) cudaFree(m.dev_scratch);
+    if (m.anchor) cudaEventDestroy(m.anchor);
+    if (m.h2d_stream) cudaStreamDestroy(m.h2d_stream);
+    if (m.d2h_stream) cudaStreamDestroy(m.d2h_stream);
+    if (m.compute_stream) cudaStreamDestroy(m.compute_stream);
+  }
+#endif
+}
+
+Status HwExecutor::Create(const ModelSpec& model, const HardwareOptions& hardware,
+                          const HwExecutorOptions& options, std::unique_ptr<HwExecutor>* out) {
+  std::unique_ptr<HwExecutor> ex(new HwExecutor());
+  Impl& m = *ex->impl_;
+  m.model = model;
+  m.hardware = hardware;
+  m.opt = options;
+  if (options.store_dir.empty()) return Status::InvalidArgument("hw: no chunk store directory");
+  if (options.chunk_tokens < 1) return Status::InvalidArgument("hw: chunk_tokens must be >= 1");
+
+  // Backend.
+  const bool have_gpu = CudaDevicePresent();
+  m.backend = options.backend == DeviceBackend::kAuto
+                  ? (have_gpu ? DeviceBackend::kCuda : DeviceBackend::kHost)
+                  : options.backend;
+  if (m.backend == DeviceBackend::kCuda && !have_gpu) {
+    return Status::Unavailable("hw.backend = cuda, but no CUDA device is present (or kvtier was "
+                               "built without CUDA); use hw.backend = host or auto");
+  }
+
+  // Slot size: the largest chunk record (a K or V chunk, or a probe-key chunk).
+  const Bytes kv_chunk = model.ChunkBytes(options.chunk_tokens);
+  const Bytes probe_chunk = model.ProbeChunkBytes(options.chunk_tokens, options.probe_heads);
+  m.slot_bytes = RoundUp(std::max(kv_chunk, probe_chunk), kChunkAlign);
+
+  // Memory budget: three rings, then the CPU and GPU cache arenas in proportion.
+  Bytes ring = std::min(options.ring_bytes, options.max_memory / 8);
+  ring = RoundUp(std::max(ring, 4 * m.slot_bytes), kChunkAlign);
+  const Bytes rings = 3 * ring;
+  if (rings >= options.max_memory) {
+    return Status::InvalidArgument("hw.max_memory " + std::to_string(options.max_memory) +
+                                   " B is too small for the rings (" + std::to_string(rings) +
+                                   " B at this chunk size)");
+  }
+  const Bytes rest = options.max_memory - rings;
+  const double want_cpu = double(options.cpu_capacity), want_gpu = double(options.gpu_capacity);
+  const double total = std::max(1.0, want_cpu + want_gpu);
+  const Bytes cpu_bytes = std::min<Bytes>(options.cpu_capacity, Bytes(double(rest) * want_cpu / total));
+  const Bytes gpu_bytes = std::min<Bytes>(options.gpu_capacity, Bytes(double(rest) * want_gpu / total));
+  m.cpu_usable = std::uint32_t(cpu_bytes / m.slot_bytes);
+  m.gpu_usable = std::uint32_t(gpu_bytes / m.slot_bytes);
+
+  HostArenaOptions ho;
+  ho.slot_bytes = ring;
+  ho.slot_count = 1;
+  KVTIER_RETURN_IF_ERROR(HostArena::Create(ho, &m.staging_arena));
+  KVTIER_RETURN_IF_ERROR(HostArena::Create(ho, &m.gather_arena));
+  ho.slot_bytes = m.slot_bytes;
+  ho.slot_count = std::max<std::uint32_t>(1, m.cpu_usable);
+  KVTIER_RETURN_IF_ERROR(HostArena::Create(ho, &m.cpu_arena));
+  const DeviceBackendKind dk =
+      m.backend == DeviceBackend::kCuda ? DeviceBackendKind::kCuda : DeviceBackendKind::kHost;
+  KVTIER_RETURN_IF_ERROR(DeviceArena::Create(dk, m.slot_bytes, std::max<std::uint32_t>(1, m.gpu_usable),
+                                             &m.gpu_arena));
+  KVTIER_RETURN_IF_ERROR(DeviceArena::Create(dk, ring, 1, &m.work_arena));
+  m.staging.base = m.staging_arena->slot(0);
+  m.staging.size = ring;
+  m.gather.base = m.gather_arena->slot(0);
+  m.gather.size = ring;
+  m.work.base = m.work_arena->slot(0);
+  m.work.size = ring;
+
+  // Chunk store and I/O engine.
+  ChunkStoreOptions so;
+  so.dir = options.store_dir;
+  so.capacity_bytes = options.store_capacity;
+  so.allow_buffered = options.allow_buffered;
+  so.sync = options.store_sync;
+  KVTIER_RETURN_IF_ERROR(ChunkStore::Open(so, &m.store));
+  IoEngineOptions io;
+  io.backend = options.io_backend;
+  io.max_ops_in_flight = std::max<std::uint32_t>(1, options.queue_depth);
+  io.max_bytes_in_flight = std::max<std::uint64_t>(8ull << 20, 2 * m.slot_bytes);
+  io.prefetch_max_ops = std::max<std::uint32_t>(1, io.max_ops_in_flight * 3 / 4);
+  io.prefetch_max_bytes = io.max_bytes_in_flight * 3 / 4;
+  io.pread_threads = std::max<std::uint32_t>(1, std::min<std::uint32_t>(options.queue_depth, 16));
+  KVTIER_RETURN_IF_ERROR(IoEngine::Create(m.store->read_fd(), io, &m.io));
+
+  if (m.backend == DeviceBackend::kHost && options.compute == ComputeMode::kReal) {
+    m.host_compute = std::make_unique<HostCompute>(model);
+  }
+#if KVTIER_HAVE_CUDA
+  if (m.backend == DeviceBackend::kCuda) {
+    if (cudaStreamCreateWithFlags(&m.h2d_stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaStreamCreateWithFlags(&m.d2h_stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaStreamCreateWithFlags(&m.compute_stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreate(&m.anchor) != cudaSuccess) {
+      return Status::CudaError(std::string("stream/event creation failed: ") +
+                               cudaGetErrorString(cudaGetLastError()));
+    }
+    KVTIER_RETURN_IF_ERROR(kernels::CublasGemm::Create(&m.gemm));
+  }
+#endif
+  m.h2d_lane = std::make_unique<Lane>();
+  m.d2h_lane = std::make_unique<Lane>();
+  m.cpu_lane = std::make_unique<Lane>();
+  m.compute_lane = std::make_unique<Lane>();
+  m.write_lane = std::make_unique<Lane>();
+  ex->ResetClock();
+  *out = std::move(ex);
+  return Status::OK();
+}
+
+void HwExecutor::ResetClock() {
+  Impl& m = *impl_;
+  m.t0_ns.store(MonotonicNowNs());
+#if KVTIER_HAVE_CUDA
+  if (m.backend == DeviceBackend::kCuda) {
+    // The anchor: one event on an idle stream, synchronised once (setup time, not the pipeline),
+    // so a CUDA event e maps to host time anchor_ns + elapsed(anchor, e).
+    cudaEventRecord(m.anchor, m.compute_stream);
+    cudaEventSynchronize(m.anchor);
+    m.anchor_ns = MonotonicNowNs();
+  }
+#endif
+}
+
+Seconds HwExecutor::Now() { return impl_->Now(); }
+
+OpId HwExecutor::Submit(TransferOp op, std::span<const OpId> after) {
+  auto s = std::make_shared<Impl::OpState>();
+  s->is_transfer = true;
+  s->t = std::move(op);
+  return impl_->SubmitOp(std::move(s), after);
+}
+
+OpId HwExecutor::Submit(ComputeOp op, std::span<const OpId> after) {
+  auto s = std::make_shared<Impl::OpState>();
+  s->is_transfer = false;
+  s->c = op;
+  return impl_->SubmitOp(std::move(s), after);
+}
+
+Status HwExecutor::Wait(OpId op) {
+  Impl& m = *impl_;
+  std::unique_lock<std::mutex> l(m.mu);
+  auto it = m.ops.find(op);
+  if (it == m.ops.end()) return Status::OK();
+  Impl::OpPtr p = it->second;
+  m.cv.wait(l, [&] { return p->done; });
+  return p->status;
+}
+
+std::size_t HwExecutor::WaitAny(std::span<const OpId> ops) {
+  Impl& m = *impl_;
+  std::unique_lock<std::mutex> l(m.mu);
+  std::size_t found = ops.size();
+  m.cv.wait(l, [&] {
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      auto it = m.ops.find(ops[i]);
+      if (it == m.ops.end() || it->second->done) {
+        found = i;
+        return true;
+      }
+    }
+    return false;
+  });
+  return found;
+}
+
+bool HwExecutor::Done(OpId op) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> l(m.mu);
+  auto it = m.ops.find(op);
+  return it == m.ops.end() || it->second->done;
+}
+
+OpTimes HwExecutor::Retire(OpId op) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> l(m.mu);
+  auto it = m.ops.find(op);
+  if (it == m.ops.end()) return {};
+  OpTimes t = it->second->times;
+  m.ops.erase(it);
+  return t;
+}
+
+void HwExecutor::OnResident(Tier tier, ChunkId chunk) {
+  Impl& m = *impl_;
+  if (tier == Tier::kSsd) return;
+  std::lock_guard<std::mutex> l(m.res_mu);
+  auto& slots = tier == Tier::kCpu ? m.cpu_slots : m.gpu_slots;
+  if (slots.count(chunk)) return;
+  const std::uint32_t usable = tier == Tier::kCpu ? m.cpu_usable : m.gpu_usable;
+  SlotAllocator& alloc =
+      tier == Tier::kCpu ? m.cpu_arena->slots() : m.gpu_arena->slots();
+  std::optional<std::uint32_t> s;
+  if (slots.size() < usable) s = alloc.Allocate();
+  if (!s) {
+    std::lock_guard<std::mutex> g(m.stats_mu);
+    ++(tier == Tier::kCpu ? m.st.cpu_overflow : m.st.gpu_overflow);
+    return;
+  }
+  slots[chunk] = *s;
+}
+
+void HwExecutor::OnEvicted(Tier tier, ChunkId chunk) {
+  Impl& m = *impl_;
+  if (tier == Tier::kSsd) return;
+  std::lock_guard<std::mutex> l(m.res_mu);
+  auto& slots = tier == Tier::kCpu ? m.cpu_slots : m.gpu_slots;
+  auto it = slots.find(chunk);
+  if (it == slots.end()) return;
+  (tier == Tier::kCpu ? m.cpu_arena->slots() : m.gpu_arena->slots()).Free(it->second);
+  slots.erase(it);
+  if (tier == Tier::kCpu) {
+    auto h = m.host_loc.find(chunk);
+    if (h != m.host_loc.end() && h->second.ring == nullptr) m.host_loc.erase(h);
+  }
+}
+
+Status HwExecutor::Prepopulate(ChunkId id, Bytes bytes, bool fill_tiers) {
+  Impl& m = *impl_;
+  if (bytes == 0) return Status::OK();
+  auto loc = m.store->Lookup(id);
+  if (!loc || loc->length != bytes) {
+    if (m.fill_buf.size() < bytes) m.fill_buf.resize(bytes);
+    FillChunkContent(id, bytes, m.fill_buf.data());
+    KVTIER_RETURN_IF_ERROR(m.store->Put(id, std::span<const std::byte>(m.fill_buf.data(), bytes)));
+    std::lock_guard<std::mutex> l(m.stats_mu);
+    ++m.st.chunks_written;
+    m.st.bytes_written += bytes;
+  }
+  if (!fill_tiers || bytes > m.slot_bytes) return Status::OK();
+  std::lock_guard<std::mutex> l(m.res_mu);
+  if (auto s = m.cpu_slots.find(id); s != m.cpu_slots.end()) {
+    FillChunkContent(id, bytes, m.cpu_arena->slot(s->second));
+    m.host_loc[id] = Impl::Loc{m.cpu_arena->slot(s->second), bytes, nullptr, 0};
+  }
+  if (auto s = m.gpu_slots.find(id); s != m.gpu_slots.end()) {
+    if (m.backend == DeviceBackend::kHost) {
+      FillChunkContent(id, bytes, m.gpu_arena->slot(s->second));
+    }
+#if KVTIER_HAVE_CUDA
+    if (m.backend == DeviceBackend::kCuda) {
+      std::vector<std::byte> tmp(bytes);
+      FillChunkContent(id, bytes, tmp.data());
+      if (cudaMemcpy(m.gpu_arena->slot(s->second), tmp.data(), bytes, cudaMemcpyHostToDevice) !=
+          cudaSuccess) {
+        return Status::CudaError(DescribeChunk(id) + ": prewarm copy to the GPU arena failed");
+      }
+    }
+#endif
+  }
+  return Status::OK();
+}
+
+void HwExecutor::IdleUntil(Seconds t) {
+  SleepUntilNs(impl_->t0_ns.load() + std::int64_t(t * 1e9));
+}
+
+void HwExecutor::Drain() {
+  Impl& m = *impl_;
+  std::unique_lock<std::mutex> l(m.mu);
+  m.cv.wait(l, [&] { return m.incomplete == 0; });
+}
+
+HwExecutorStats HwExecutor::stats() const {
+  std::lock_guard<std::mutex> l(impl_->stats_mu);
+  return impl_->st;
+}
+DeviceBackend HwExecutor::backend() const { return impl_->backend; }
+std::string HwExecutor::io_backend_name() const { return std::string(impl_->io->backend_name()); }
+bool HwExecutor::direct_io() const { return impl_->store->direct_io(); }
+std::uint32_t HwExecutor::dio_mem_align() const { return impl_->store->dio_mem_align(); }
+std::uint32_t HwExecutor::dio_offset_align() const { return impl_->store->dio_offset_align(); }
+std::string HwExecutor::store_path() const { return impl_->store->data_path(); }
+Bytes HwExecutor::slot_bytes() const { return impl_->slot_bytes; }
+
+}  // namespace kvtier::hw

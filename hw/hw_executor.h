@@ -1,0 +1,143 @@
+#pragma once
+// HwExecutor: core's Executor on real storage, real memory and (with CUDA) a real device. The
+// Pipeline decides what moves; this executor moves the bytes and says when it happened, in host
+// CLOCK_MONOTONIC seconds since the executor's clock was (re)started (notes/hw-path.md 6.2-6.6).
+//
+//   SSD read   O_DIRECT reads of each ChunkIo::chunk from the ChunkStore through the IoEngine
+//              (class from the purpose: demand/cake_load -> demand, probe -> probe, everything
+//              else -> prefetch), into the chunk's CPU-cache arena slot when the cache placed it
+//              in the CPU tier, else into a staging ring slot. Every chunk read is checked: its
+//              header (chunk id, length) always, every byte with `verify`.
+//   SSD write  ChunkStore::Put of each chunk's deterministic content (FillChunkContent), on a
+//              writer thread. Reads of a chunk whose store is still pending wait for it (an
+//              implicit read-after-write dependency the Pipeline does not need to know about).
+//   CPU gather the selected rows of each staged chunk into a contiguous gather ring slot.
+//   H2D / D2H  host backend: memcpy into / out of a separate "device" arena (never one small hot
+//              buffer), paced to pcie.h2d_bw / pcie.d2h_bw plus pcie.latency per copy when
+//              `pace_pcie` (pacing can only slow a copy down). cuda backend: cudaMemcpyAsync on
+//              a dedicated stream from pinned arenas, timed with CUDA events.
+//   compute    host backend: `modeled` sleeps the cost model's duration (ComputeSeconds), `real`
+//              runs Eigen GEMMs and attention at the model's shapes (random weights). cuda
+//              backend: cuBLAS GEMMs at the model's shapes plus the attention kernel.
+//
+// Each resource is a persistent worker thread serving a FIFO (H2D, D2H, CPU, compute, writer);
+// the IoEngine has its own thread(s). An op is queued on its resource once every op in `after`
+// has completed (a completion releases its dependents from whichever thread completed it). No
+// device-wide synchronisation happens inside the pipeline: the cuda lanes wait on their own
+// events only.
+//
+// Residency: OnResident/OnEvicted keep a slot per chunk in the CPU-cache arena and the device
+// arena. The arenas are sized from cache.cpu_capacity / cache.gpu_capacity, capped together
+// with the rings by `max_memory`; a chunk the cache places beyond an arena's slots is counted
+// as an overflow (metric) and its bytes come from a staging slot instead.
+//
+// Thread safety: the Executor methods are called from the one thread driving the Pipeline;
+// internally the executor is multi-threaded.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/executor.h"
+#include "core/model_spec.h"
+#include "core/options.h"
+#include "core/status.h"
+#include "hw/io_engine.h"
+
+namespace kvtier::hw {
+
+enum class DeviceBackend { kAuto, kHost, kCuda };
+enum class ComputeMode { kModeled, kReal };
+
+struct HwExecutorOptions {
+  DeviceBackend backend = DeviceBackend::kAuto;
+  ComputeMode compute = ComputeMode::kModeled;
+  IoEngineOptions::Backend io_backend = IoEngineOptions::Backend::kAuto;
+  std::string store_dir;                // chunk store directory (created); must be a real disk
+  Bytes store_capacity = 4ull << 30;    // chunk store data file size
+  bool allow_buffered = false;          // accept a file system without O_DIRECT (recorded)
+  bool store_sync = false;              // fdatasync every chunk put (ChunkStore sync)
+  Bytes max_memory = 1ull << 30;        // cap on all arenas together
+  Bytes ring_bytes = 64ull << 20;       // each of the staging, gather and device working rings
+  bool pace_pcie = true;                // host backend: pace copies to the configured link
+  bool verify = false;                  // check every byte of every chunk read
+  std::uint32_t queue_depth = 32;       // I/Os in flight (ssd.queue_depth)
+  int chunk_tokens = 64;                // cache.chunk_tokens
+  int probe_heads = 3;                  // itf.probe_heads
+  Bytes cpu_capacity = 0;               // cache.cpu_capacity
+  Bytes gpu_capacity = 0;               // cache.gpu_capacity
+};
+
+// What the executor did, for the run's metrics and the tests.
+struct HwExecutorStats {
+  std::uint64_t chunks_read = 0;
+  std::uint64_t chunks_written = 0;
+  std::uint64_t bytes_read = 0;       // bytes the SSD delivered (extent-rounded)
+  std::uint64_t bytes_written = 0;
+  std::uint64_t bytes_h2d = 0;
+  std::uint64_t bytes_d2h = 0;
+  std::uint64_t bytes_gathered = 0;
+  std::uint64_t chunks_verified = 0;  // reads whose content was checked in full
+  std::uint64_t cpu_overflow = 0;     // chunks resident in the CPU tier without an arena slot
+  std::uint64_t gpu_overflow = 0;
+  std::uint64_t raw_waits = 0;        // reads that waited for a pending store of their chunk
+  std::uint64_t staging_reused = 0;   // staged bytes overwritten before a consumer copied them
+  std::uint64_t compute_ops = 0;
+  double compute_busy_s = 0;
+};
+
+// Deterministic content of chunk `id` of `length` bytes: word 0 is the id, word 1 the length,
+// the rest a function of (id, word index). Used by writes, prewarm and read verification.
+void FillChunkContent(ChunkId id, Bytes length, std::byte* dst);
+// OK when `data` holds chunk `id`'s content (only the two header words unless `full`);
+// otherwise IoError naming the chunk and the first differing byte.
+Status CheckChunkContent(ChunkId id, Bytes length, const std::byte* data, bool full);
+
+class HwExecutor : public Executor {
+ public:
+  // Opens the chunk store, the I/O engine, the arenas and the workers. `hardware` gives the
+  // link rates for pacing and the cost model for modeled compute.
+  static Status Create(const ModelSpec& model, const HardwareOptions& hardware,
+                       const HwExecutorOptions& options, std::unique_ptr<HwExecutor>* out);
+  ~HwExecutor() override;
+
+  Seconds Now() override;
+  OpId Submit(TransferOp op, std::span<const OpId> after) override;
+  OpId Submit(ComputeOp op, std::span<const OpId> after) override;
+  Status Wait(OpId op) override;
+  std::size_t WaitAny(std::span<const OpId> ops) override;
+  bool Done(OpId op) override;
+  OpTimes Retire(OpId op) override;
+  void OnResident(Tier tier, ChunkId chunk) override;
+  void OnEvicted(Tier tier, ChunkId chunk) override;
+
+  // Writes chunk `id` (length `bytes`) to the store synchronously, unless it is already there
+  // with that length: pre-population for run.prewarm. When `fill_tiers`, a chunk the caches
+  // hold in the CPU / GPU tier also gets its content copied into its arena slot.
+  Status Prepopulate(ChunkId id, Bytes bytes, bool fill_tiers);
+  // Restarts the clock at 0 (after setup and prewarm: times are since the run started).
+  void ResetClock();
+  // Sleeps until Now() >= t (a request's arrival), letting background work proceed.
+  void IdleUntil(Seconds t);
+  // Waits until every submitted op has completed.
+  void Drain();
+
+  HwExecutorStats stats() const;
+  DeviceBackend backend() const;          // kHost or kCuda (auto resolved)
+  std::string io_backend_name() const;    // "io_uring" | "pread"
+  bool direct_io() const;
+  std::uint32_t dio_mem_align() const;
+  std::uint32_t dio_offset_align() const;
+  std::string store_path() const;
+  Bytes slot_bytes() const;
+
+ private:
+  HwExecutor();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+std::string_view DeviceBackendName(DeviceBackend b);
+std::string_view ComputeModeName(ComputeMode m);
+
+}  // namespace kvtier::hw

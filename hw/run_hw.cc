@@ -1,0 +1,281 @@
+#include "hw/run_hw.h"
+
+#include <sys/statfs.h>
+#include <sys/utsname.h>
+
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "analysis/results_db.h"
+#include "core/errors.h"
+#include "core/pipeline.h"
+#include "traces/score_source.h"
+#include "traces/trace_io.h"
+
+namespace kvtier::hw {
+namespace {
+
+// Parses "key=value key=value" into procedural importance parameters. The same parser as
+// sim/simulate.cc (kept there file-local; duplicated rather than editing sim/).
+ProceduralParams ParseImportance(const std::string& text, const std::string& where) {
+  ProceduralParams p;
+  std::istringstream in(text);
+  std::string item;
+  while (in >> item) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos) throw ConfigError(where + ": expected key=value, got '" + item + "'");
+    std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    try {
+      if (key == "seed") p.seed = std::stoull(value);
+      else if (key == "head_corr") {
+        p.head_corr.clear();
+        std::istringstream vs(value);
+        std::string v;
+        while (std::getline(vs, v, ',')) p.head_corr.push_back(std::stod(v));
+      } else if (key == "layer_corr") p.layer_corr = std::stod(value);
+      else if (key == "query_dependence") p.query_dependence = std::stod(value);
+      else if (key == "sink_tokens") p.sink_tokens = std::stoi(value);
+      else if (key == "sink_boost") p.sink_boost = std::stod(value);
+      else if (key == "tail") p.tail = std::stod(value);
+      else throw ConfigError(where + ": unknown importance parameter '" + key + "'");
+    } catch (const std::logic_error&) {
+      throw ConfigError(where + ": cannot parse '" + item + "'");
+    }
+  }
+  p.Validate(where);
+  return p;
+}
+
+std::string FsName(long type) {
+  switch (static_cast<unsigned long>(type)) {
+    case 0xEF53: return "ext4";
+    case 0x58465342: return "xfs";
+    case 0x9123683E: return "btrfs";
+    case 0x01021994: return "tmpfs";
+    case 0x794C7630: return "overlayfs";
+    case 0x65735546: return "fuse";
+    default: {
+      char b[32];
+      std::snprintf(b, sizeof b, "0x%lx", type);
+      return b;
+    }
+  }
+}
+
+// Bytes of one stored chunk, as the Pipeline counts them (core/pipeline.cc ChunkBytes).
+Bytes StoredChunkBytes(const ModelSpec& model, const SystemOptions& sys, const Segment& seg,
+                       std::uint32_t chunk, KvKind kind) {
+  const Bytes tokens = Bytes(seg.TokensInChunk(chunk, sys.chunk_tokens));
+  if (kind == KvKind::kProbeKey) return tokens * Bytes(sys.itf_options.probe_heads) * model.RowBytes();
+  return tokens * model.KBytesPerTokenLayer();
+}
+
+}  // namespace
+
+HwExecutorOptions BuildHwExecutorOptions(const Config& config, const ExperimentOptions& opts,
+                                         const std::string& store_dir) {
+  HwExecutorOptions o;
+  const std::string backend = config.GetString("hw.backend");
+  o.backend = backend == "cuda" ? DeviceBackend::kCuda
+              : backend == "host" ? DeviceBackend::kHost
+                                  : DeviceBackend::kAuto;
+  o.compute = config.GetString("hw.compute") == "real" ? ComputeMode::kReal : ComputeMode::kModeled;
+  const std::string io = config.GetString("hw.io_backend");
+  o.io_backend = io == "io_uring" ? IoEngineOptions::Backend::kIoUring
+                 : io == "pread"  ? IoEngineOptions::Backend::kPread
+                                  : IoEngineOptions::Backend::kAuto;
+  o.store_dir = config.GetString("hw.store_dir");
+  if (o.store_dir.empty()) o.store_dir = store_dir;
+  o.store_capacity = config.GetBytes("hw.store_capacity");
+  o.allow_buffered = config.GetBool("hw.allow_buffered");
+  o.store_sync = config.GetBool("hw.store_sync");
+  o.max_memory = config.GetBytes("hw.max_memory");
+  o.ring_bytes = config.GetBytes("hw.ring");
+  o.pace_pcie = config.GetBool("hw.pace_pcie");
+  o.verify = config.GetBool("hw.verify");
+  o.queue_depth = std::uint32_t(opts.hardware.ssd_queue_depth);
+  o.chunk_tokens = opts.system.chunk_tokens;
+  o.probe_heads = opts.system.itf_options.probe_heads;
+  o.cpu_capacity = opts.system.cache.cpu_capacity;
+  o.gpu_capacity = opts.system.cache.gpu_capacity;
+  return o;
+}
+
+HwRunResult RunHardware(const Config& config, const std::string& trace_path,
+                        const std::string& out_path, const HwProgressFn& progress) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  const ExperimentOptions opts = BuildOptions(config);
+  if (opts.hardware.gpu_concurrent_prefills != 1) {
+    throw ConfigError(config.Where("gpu.concurrent_prefills") +
+                      ": kvtier hw serves one prefill at a time; only 1 is supported");
+  }
+
+  TraceReader probe(trace_path);
+  const TraceHeader header = probe.header();
+  const bool retarget = config.GetBool("workload.retarget");
+  if (header.model.name != opts.model.name && !retarget) {
+    throw TraceError(trace_path + ": trace was made for model '" + header.model.name +
+                     "' but the experiment runs '" + opts.model.name +
+                     "' (set workload.retarget = true to map its layers and heads)");
+  }
+  std::optional<ProceduralParams> none_model;
+  if (!opts.importance.empty()) {
+    none_model = ParseImportance(opts.importance, config.Where("workload.importance"));
+  }
+
+  // The executor first: an unusable store (no O_DIRECT) fails before the run row exists.
+  const std::string default_store = out_path + ".store-" + opts.system.name;
+  HwExecutorOptions xo = BuildHwExecutorOptions(config, opts, default_store);
+  const bool remove_store = config.GetString("hw.store_dir").empty() && !config.GetBool("hw.keep_store");
+  std::error_code ec;
+  if (remove_store) std::filesystem::remove_all(xo.store_dir, ec);  // a stale store from a crash
+  std::unique_ptr<HwExecutor> executor;
+  if (Status s = HwExecutor::Create(opts.model, opts.hardware, xo, &executor); !s.ok()) {
+    if (s.code() == Status::Code::kUnavailable || s.code() == Status::Code::kInvalidArgument) {
+      throw ConfigError("kvtier hw: " + s.ToString());
+    }
+    throw std::runtime_error("kvtier hw: cannot start the hardware executor: " + s.ToString());
+  }
+
+  ResultsDb db(out_path);
+  RunInfo info;
+  info.mode = "hw";
+  info.experiment = opts.experiment_name;
+  info.system = opts.system.name;
+  info.model = opts.model.name;
+  info.hardware = opts.hardware.name;
+  info.trace = trace_path;
+  info.trace_sha256 = Sha256File(trace_path);
+  info.config = config.Dump(/*with_origins=*/false);
+  info.config_sha256 = Sha256(info.config + info.trace_sha256);
+  const long long run_id = db.BeginRun(info);
+  std::unique_ptr<RunLog> db_log = db.NewRunLog(run_id, /*log_decisions=*/true);
+
+  struct Filter : RunLog {
+    RunLog* inner;
+    bool transfers;
+    void LogRequest(const RequestRecord& r) override { inner->LogRequest(r); }
+    void LogLayer(const LayerRecord& r) override { inner->LogLayer(r); }
+    void LogTransfer(const TransferRecord& r) override {
+      if (transfers) inner->LogTransfer(r);
+    }
+    void LogDecision(const DecisionRecord& r) override { inner->LogDecision(r); }
+    void LogMetric(const std::string& n, double v) override { inner->LogMetric(n, v); }
+    void Flush() override { inner->Flush(); }
+  } log;
+  log.inner = db_log.get();
+  log.transfers = config.GetBool("log.transfers");
+
+  TraceScoreSource scores(header, opts.model, none_model);
+  PipelineOptions popts;
+  popts.system = opts.system;
+  popts.log_chunk_decisions = config.GetBool("log.chunk_decisions");
+  popts.chunk_detail = true;  // hw moves real chunks
+  Pipeline pipeline(opts.model, popts, executor.get(), &scores, &log);
+
+  long long total = 0;
+  try {
+    total = std::stoll(header.Meta("requests", "0"));
+  } catch (const std::logic_error&) {
+  }
+  if (opts.run.max_requests > 0 && (total == 0 || total > opts.run.max_requests)) {
+    total = opts.run.max_requests;
+  }
+  const long long max = opts.run.max_requests;
+  std::string error;
+  if (opts.run.prewarm) {
+    TraceReader warm(trace_path);
+    TraceRecord rec;
+    for (long long i = 0; warm.Next(&rec) && (max == 0 || i < max); ++i) pipeline.Prewarm(rec.request);
+    // The SSD holds every chunk: store every prewarmed segment's chunks, and copy the content
+    // of those the caches placed in the CPU / GPU tiers into their arena slots.
+    const RadixTree& tree = pipeline.tree();
+    for (std::uint32_t id = 1;; ++id) {
+      const Segment* seg = tree.FindSegment(id);
+      if (seg == nullptr) break;
+      for (int l = 0; l < opts.model.layers && error.empty(); ++l) {
+        for (std::uint32_t c = 0; c < seg->num_chunks; ++c) {
+          for (KvKind kind : {KvKind::kKey, KvKind::kValue, KvKind::kProbeKey}) {
+            if (kind == KvKind::kProbeKey && !opts.system.itf) continue;
+            const Bytes b = StoredChunkBytes(opts.model, opts.system, *seg, c, kind);
+            Status s = executor->Prepopulate(ChunkId::Make(id, kind, std::uint32_t(l), c), b, true);
+            if (!s.ok() && error.empty()) error = s.ToString();
+          }
+        }
+      }
+    }
+  }
+  if (!error.empty()) {
+    db_log.reset();
+    db.EndRun(run_id, 0, false, error);
+    throw std::runtime_error("kvtier hw: prewarm failed: " + error);
+  }
+  executor->ResetClock();  // times are since the run started; setup and prewarm excluded
+
+  HwRunResult result;
+  result.run_id = run_id;
+  TraceReader reader(trace_path);
+  TraceRecord rec;
+  long long done = 0;
+  while ((max == 0 || done < max) && reader.Next(&rec)) {
+    if (rec.request.arrival_s > executor->Now()) executor->IdleUntil(rec.request.arrival_s);
+    const RequestId id = rec.request.id;
+    Request request = rec.request;
+    scores.Add(std::move(rec));
+    Status st = pipeline.Run(request, done < opts.run.warmup_requests);
+    scores.Release(id);
+    if (!st.ok() && error.empty()) error = st.ToString();
+    ++done;
+    if (progress) progress(done, total, executor->Now());
+  }
+  pipeline.Finish();
+  executor->Drain();
+  result.requests = done;
+  result.measured_s = executor->Now();
+  result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+
+  // Environment and executor accounting.
+  const HwExecutorStats xs = executor->stats();
+  log.LogMetric("measured_s", result.measured_s);
+  log.LogMetric("wall_s", result.wall_s);
+  log.LogMetric("env.backend." + std::string(DeviceBackendName(executor->backend())), 1);
+  log.LogMetric("env.compute." + std::string(ComputeModeName(xo.compute)), 1);
+  log.LogMetric("env.io_backend." + executor->io_backend_name(), 1);
+  log.LogMetric("env.direct_io", executor->direct_io() ? 1 : 0);
+  log.LogMetric("env.allow_buffered", xo.allow_buffered ? 1 : 0);
+  log.LogMetric("env.dio_mem_align", executor->dio_mem_align());
+  log.LogMetric("env.dio_offset_align", executor->dio_offset_align());
+  log.LogMetric("env.queue_depth", xo.queue_depth);
+  log.LogMetric("env.slot_bytes", double(executor->slot_bytes()));
+  log.LogMetric("env.max_memory", double(xo.max_memory));
+  log.LogMetric("env.pace_pcie", xo.pace_pcie ? 1 : 0);
+  log.LogMetric("env.cpus", double(std::thread::hardware_concurrency()));
+  if (utsname u; uname(&u) == 0) log.LogMetric(std::string("env.kernel.") + u.release, 1);
+  if (struct statfs fs; statfs(xo.store_dir.c_str(), &fs) == 0) {
+    log.LogMetric("env.fs." + FsName(long(fs.f_type)), 1);
+  }
+  log.LogMetric("hw.chunks_read", double(xs.chunks_read));
+  log.LogMetric("hw.chunks_written", double(xs.chunks_written));
+  log.LogMetric("hw.bytes_read", double(xs.bytes_read));
+  log.LogMetric("hw.bytes_written", double(xs.bytes_written));
+  log.LogMetric("hw.bytes_h2d", double(xs.bytes_h2d));
+  log.LogMetric("hw.bytes_d2h", double(xs.bytes_d2h));
+  log.LogMetric("hw.bytes_gathered", double(xs.bytes_gathered));
+  log.LogMetric("hw.cpu_overflow_chunks", double(xs.cpu_overflow));
+  log.LogMetric("hw.gpu_overflow_chunks", double(xs.gpu_overflow));
+  log.LogMetric("hw.raw_waits", double(xs.raw_waits));
+  log.LogMetric("hw.staging_reused", double(xs.staging_reused));
+  log.LogMetric("hw.compute_busy_s", xs.compute_busy_s);
+  log.Flush();
+  db_log.reset();
+  db.EndRun(run_id, result.wall_s, true, error.empty() ? "ok" : error);
+  const std::string store_dir = xo.store_dir;
+  executor.reset();
+  if (remove_store) std::filesystem::remove_all(store_dir, ec);
+  return result;
+}
+
+}  // namespace kvtier::hw
