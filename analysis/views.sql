@@ -76,3 +76,44 @@ SELECT s.run_id, s.experiment, s.model, s.hardware, s.system,
 FROM run_summary s JOIN run_summary b
   ON b.experiment = s.experiment AND b.model = s.model AND b.hardware = s.hardware
  AND b.mode = s.mode AND b.system = 'as_h2o_lfu';
+
+-- Simulator against hardware: measured requests of a complete sim run and a complete hw run of
+-- the same experiment, system and trace, paired on request_id (what `kvtier validate` reports).
+-- rel_error = (sim - hw) / hw of TTFT (service time, queueing excluded).
+CREATE VIEW IF NOT EXISTS sim_vs_hw AS
+SELECT h.experiment, h.system, h.trace_sha256, s.run_id AS sim_run_id, h.run_id AS hw_run_id,
+       qh.request_id, qs.ttft_s AS sim_ttft_s, qh.ttft_s AS hw_ttft_s,
+       (qs.ttft_s - qh.ttft_s) / NULLIF(qh.ttft_s, 0) AS rel_error,
+       ABS(qs.ttft_s - qh.ttft_s) / NULLIF(qh.ttft_s, 0) AS abs_rel_error,
+       qs.io_stall_s AS sim_io_stall_s, qh.io_stall_s AS hw_io_stall_s
+FROM runs h
+JOIN runs s ON s.mode = 'sim' AND h.mode = 'hw' AND s.experiment = h.experiment
+           AND s.system = h.system AND s.trace_sha256 = h.trace_sha256
+JOIN requests qh ON qh.run_id = h.run_id
+JOIN requests qs ON qs.run_id = s.run_id AND qs.request_id = qh.request_id
+WHERE h.complete = 1 AND s.complete = 1 AND qh.warmup = 0 AND qh.status = 'ok'
+  AND qs.status = 'ok';
+
+-- Busy time per stage and run: transfer kinds (ssd_read, ssd_write, h2d, d2h, cpu_gather) from
+-- the transfers, and 'compute' as the sum of the layers' compute intervals; warm-ups included
+-- on both sides alike.
+CREATE VIEW IF NOT EXISTS stage_busy AS
+SELECT t.run_id, t.kind AS stage, SUM(t.end_s - t.start_s) AS busy_s, SUM(t.bytes) AS bytes
+FROM transfers t JOIN runs r USING (run_id) WHERE r.complete = 1
+GROUP BY t.run_id, t.kind
+UNION ALL
+SELECT l.run_id, 'compute', SUM(l.end_s - l.start_s), 0
+FROM layers l JOIN runs r USING (run_id) WHERE r.complete = 1
+GROUP BY l.run_id;
+
+-- The stages of paired sim and hw runs: (sim - hw) / hw busy time.
+CREATE VIEW IF NOT EXISTS sim_vs_hw_stages AS
+SELECT h.experiment, h.system, s.run_id AS sim_run_id, h.run_id AS hw_run_id, bh.stage,
+       bs.busy_s AS sim_busy_s, bh.busy_s AS hw_busy_s,
+       (bs.busy_s - bh.busy_s) / NULLIF(bh.busy_s, 0) AS rel_error
+FROM runs h
+JOIN runs s ON s.mode = 'sim' AND h.mode = 'hw' AND s.experiment = h.experiment
+           AND s.system = h.system AND s.trace_sha256 = h.trace_sha256
+JOIN stage_busy bh ON bh.run_id = h.run_id
+JOIN stage_busy bs ON bs.run_id = s.run_id AND bs.stage = bh.stage
+WHERE h.complete = 1 AND s.complete = 1;
