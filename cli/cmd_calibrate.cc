@@ -1,0 +1,86 @@
+// kvtier calibrate: measure this machine with the hw path's own engine and write a hardware
+// profile the simulator reads (hw/calibrate.h).
+//
+//   kvtier calibrate --out configs/hardware/NAME.ini [--name NAME] [--dir SCRATCH]
+//                    [--config X.ini] [--block BYTES] [--queue-depth N] [--quick]
+//
+// With --config, the SSD block is the experiment's K/V chunk (model x cache.chunk_tokens), the
+// gather row one token's K of one layer, and the queue depth ssd.queue_depth.
+
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "core/config.h"
+#include "core/errors.h"
+#include "core/options.h"
+#include "hw/calibrate.h"
+
+namespace kvtier::cli {
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+int RunCalibrate(const Args& args) {
+  po::options_description desc("kvtier calibrate options");
+  std::string out, config_path;
+  hw::CalibrateOptions o;
+  desc.add_options()("help,h", "show this help")(
+      "out", po::value(&out)->required(), "hardware profile INI to write")(
+      "name", po::value(&o.name), "hardware.name (default calibrated-<host>)")(
+      "dir", po::value(&o.dir), "scratch directory on the disk to measure (default: the "
+                                "directory of --out)")(
+      "config", po::value(&config_path), "experiment whose chunk size and queue depth to use")(
+      "block", po::value(&o.block), "SSD read block in bytes (default 65536)")(
+      "queue-depth", po::value(&o.queue_depth), "SSD queue depth (default 32)")(
+      "quick", po::bool_switch(&o.quick), "a few seconds instead of up to a minute (tests)")(
+      "allow-buffered", po::bool_switch(&o.allow_buffered),
+      "measure a file system without O_DIRECT (marked in the profile)");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(desc).run(), vm);
+    if (vm.count("help")) {
+      std::cout << "usage: kvtier calibrate --out configs/hardware/NAME.ini [options]\n" << desc;
+      return 0;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw InputError(std::string("command line: ") + e.what() + " (kvtier calibrate --help)");
+  }
+  if (!config_path.empty()) {
+    const Config c = Config::Load(config_path, {});
+    const ExperimentOptions e = BuildOptions(c);
+    if (!vm.count("block")) o.block = e.model.ChunkBytes(e.system.chunk_tokens);
+    if (!vm.count("queue-depth")) o.queue_depth = e.hardware.ssd_queue_depth;
+    o.row_bytes = e.model.KBytesPerTokenLayer();
+  }
+  if (o.queue_depth < 1 || o.queue_depth > 1024) throw InputError("--queue-depth: must be in [1, 1024]");
+  if (o.block < 512 || o.block > (64ull << 20)) throw InputError("--block: must be in [512 B, 64 MiB]");
+  fs::path out_path(out);
+  if (o.dir.empty()) {
+    o.dir = (out_path.has_parent_path() ? out_path.parent_path() : fs::path(".")).string();
+  }
+  if (o.name.empty()) o.name = out_path.stem().string();
+  std::fprintf(stderr, "kvtier calibrate: measuring (block %llu B, QD %d%s) in %s ...\n",
+               (unsigned long long)o.block, o.queue_depth, o.quick ? ", quick" : "", o.dir.c_str());
+  hw::CalibrateResult r;
+  if (Status s = hw::Calibrate(o, &r); !s.ok()) {
+    if (s.code() == Status::Code::kUnavailable) throw InputError(s.ToString());
+    std::fprintf(stderr, "kvtier calibrate: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  const std::string ini = hw::ProfileIni(o, r);
+  if (out_path.has_parent_path()) fs::create_directories(out_path.parent_path());
+  std::ofstream f(out);
+  f << ini;
+  f.close();
+  if (!f) throw InputError(out + ": cannot write");
+  std::fputs(ini.c_str(), stdout);
+  std::fprintf(stderr, "kvtier calibrate: wrote %s (%.1f s)\n", out.c_str(), r.seconds);
+  return 0;
+}
+
+}  // namespace kvtier::cli
