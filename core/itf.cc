@@ -83,9 +83,9 @@ std::uint32_t DescendingKey(float score) {
 // top 11 bits finds the bucket holding the k-th token; everything in lower buckets is kept, and
 // only that boundary bucket's tokens are ordered (nth_element on (key, index) packed in 64
 // bits). One walk in index order then emits the set already sorted. The simulator calls this per
-// probe head and layer of every request (per head for H2O): replacing nth_element over all n
-// 64-bit keys plus a sort of the k winners made TopK 4.1x faster at n = 4,900, k = 1,225
-// (sim_bench, spec: 34 -> 8 us per call).
+// probe head and layer of every request (per head for H2O). Replacing nth_element over all n
+// 64-bit keys plus a sort of the k winners: 15.0 -> 9.5 us of CPU per call at n = 4,900,
+// k = 1,225 (lognormal scores, microbenchmark on a loaded 2-core machine).
 TokenSet TopK(std::span<const float> scores, std::int64_t k) {
   const auto n = static_cast<std::int64_t>(scores.size());
   KVTIER_CHECK(k >= 0 && k <= n, "TopK needs 0 <= k <= scores.size()");
@@ -175,8 +175,8 @@ ItfDecision SelectItf(std::span<const float> probe_scores, int probe_heads, std:
   // Votes are counted per token in one array; whole vote levels are kept from the top while
   // they fit, and only the level that straddles k is ordered, by summed score. One walk in
   // index order emits the set sorted. Replaces a union, a binary search per candidate and head,
-  // and a heap partial_sort of every candidate (SelectItf 25x faster in sim_bench, spec: 0.45
-  // ms -> 18 us per layer, TopK excluded).
+  // and a heap partial_sort of every candidate: SelectItf with 3 probe heads went from 605 to
+  // 47 us of CPU per layer at n = 4,900, k = 1,225, its three TopK calls included.
   thread_local std::vector<std::uint16_t> votes;
   votes.assign(static_cast<std::size_t>(n), 0);
   for (const TokenSet& set : d.probe_sets) {
