@@ -67,6 +67,15 @@ class ScopedTimer {
   Clock::time_point start_;
 };
 
+// User + system CPU seconds of this process: on a shared machine, wall time also counts the
+// time other processes held the core.
+double CpuSeconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
 double PeakRssMiB() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
@@ -193,7 +202,7 @@ struct Result {
   long long requests = 0;
   std::uint64_t activities = 0;
   std::int64_t transfers = 0;
-  double wall_s = 0, prewarm_s = 0, simulated_s = 0, rss_mib = 0;
+  double wall_s = 0, cpu_s = 0, prewarm_s = 0, simulated_s = 0, rss_mib = 0;
   double score_s = 0, select_s = 0, simgrid_s = 0, sqlite_s = 0;
   std::uint64_t decisions_digest = 0, timing_digest = 0;
   PipelineTotals totals;
@@ -277,13 +286,17 @@ Result RunSystem(const BenchOptions& bo, const std::string& system) {
   Pipeline pipeline(opts.model, popts, &timed_exec, &scores, &log);
 
   const auto start = Clock::now();
+  const double cpu_start = CpuSeconds();
+  double prewarm_cpu_s = 0;
   executor.Run([&] {
     {
       const auto t0 = Clock::now();
+      const double c0 = CpuSeconds();
       TraceReader warm(bo.trace);
       TraceRecord rec;
       for (long long i = 0; warm.Next(&rec) && i < bo.requests; ++i) pipeline.Prewarm(rec.request);
       res.prewarm_s = SecondsSince(t0);
+      prewarm_cpu_s = CpuSeconds() - c0;
     }
     TraceReader reader(bo.trace);
     TraceRecord rec;
@@ -308,6 +321,9 @@ Result RunSystem(const BenchOptions& bo, const std::string& system) {
     res.simulated_s = executor.Now();
   });
   res.wall_s = SecondsSince(start) - res.prewarm_s - scores.select_seconds;
+  // The selection replay's share of CPU time, assumed equal to its share of wall time.
+  const double cpu_all = CpuSeconds() - cpu_start - prewarm_cpu_s;
+  res.cpu_s = cpu_all * res.wall_s / (res.wall_s + scores.select_seconds);
   if (db) {
     db_log.reset();
     db->EndRun(run_id, res.wall_s, true, "ok");
@@ -410,7 +426,8 @@ int Main(int argc, char** argv) {
                 reader.header().model.name.c_str(), n, n ? tokens / double(n) : 0.0,
                 bo.sqlite ? "" : " (no SQLite)");
   }
-  std::printf("%-11s %8s %10s %8s %8s %9s %9s | %6s %6s %7s %7s %8s | %s\n", "system", "req/s",
+  std::printf("%-11s %8s %8s %10s %8s %8s %9s %9s | %6s %6s %7s %7s %8s | %s\n", "system",
+              "req/s", "req/cpus",
               "act/s", "ms/req", "act/req", "rss MiB", "sim s", "score", "select", "simgrid",
               "sqlite", "pipeline", "digests: decisions/timing");
   int rc = 0;
@@ -425,18 +442,19 @@ int Main(int argc, char** argv) {
     const double pipeline_s = r.wall_s - r.score_s - r.simgrid_s - r.sqlite_s;
     auto pct = [&](double s) { return 100.0 * s / r.wall_s; };
     std::printf(
-        "%-11s %8.1f %10.0f %8.3f %8.1f %9.1f %9.2f | %5.1f%% %5.1f%% %6.1f%% %6.1f%% %7.1f%% | "
+        "%-11s %8.1f %8.1f %10.0f %8.3f %8.1f %9.1f %9.2f | %5.1f%% %5.1f%% %6.1f%% %6.1f%% %7.1f%% | "
         "%016llx/%016llx\n",
-        system.c_str(), double(r.requests) / r.wall_s, double(r.activities) / r.wall_s,
+        system.c_str(), double(r.requests) / r.wall_s, double(r.requests) / r.cpu_s,
+        double(r.activities) / r.wall_s,
         1e3 * r.wall_s / double(r.requests), double(r.activities) / double(r.requests),
         r.rss_mib, r.simulated_s, pct(r.score_s), pct(r.select_s), pct(r.simgrid_s),
         pct(r.sqlite_s), pct(pipeline_s - r.select_s), (unsigned long long)r.decisions_digest,
         (unsigned long long)r.timing_digest);
     const PipelineTotals& t = r.totals;
     std::printf(
-        "            wall %.2f s (+ prewarm %.2f s), %lld transfers logged; chunks gpu %lld cpu "
+        "            wall %.2f s, cpu %.2f s (+ prewarm %.2f s wall), %lld transfers logged; chunks gpu %lld cpu "
         "%lld ssd %lld, itf layers %lld fallback %lld, prefetched %lld used %lld\n",
-        r.wall_s, r.prewarm_s, (long long)r.transfers, (long long)t.gpu_hit_chunks,
+        r.wall_s, r.cpu_s, r.prewarm_s, (long long)r.transfers, (long long)t.gpu_hit_chunks,
         (long long)t.cpu_hit_chunks, (long long)t.ssd_read_chunks, (long long)t.itf_layers,
         (long long)t.itf_fallback_layers, (long long)t.prefetched_chunks,
         (long long)t.prefetch_used_chunks);
