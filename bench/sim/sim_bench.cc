@@ -1,6 +1,7 @@
 // sim_bench: how fast `kvtier sim` replays a trace, and where the wall time goes.
 //
 //   sim_bench [--requests N] [--systems spec,as_h2o_lfu,as] [--trace PATH] [--no-sqlite]
+//             [--no-select-replay]
 //
 // The trace (OPT-6.7B shape: 32 layers x 32 KV heads; few-shot prompts of ~5K tokens; 2,000
 // Poisson requests) is generated once into the build directory and reused. Each system then
@@ -145,6 +146,7 @@ struct TimedScores : ScoreSource {
   bool itf = false;
   ItfOptions itf_options;
   double retention = 0.25;
+  bool replay_selection = true;
   double score_seconds = 0, select_seconds = 0;
   void Scores(const Request& request, int layer, std::int64_t n, std::span<const int> heads,
               std::vector<float>* out) override {
@@ -152,6 +154,7 @@ struct TimedScores : ScoreSource {
       ScopedTimer t(&score_seconds);
       inner->Scores(request, layer, n, heads, out);
     }
+    if (!replay_selection) return;
     ScopedTimer t(&select_seconds);
     if (itf && int(heads.size()) == probe_heads) {
       volatile bool sink = SelectItf(*out, probe_heads, n, itf_options).fallback;
@@ -214,6 +217,7 @@ struct BenchOptions {
   std::vector<std::string> systems = {"spec", "as_h2o_lfu", "as"};
   std::string trace;
   bool sqlite = true;
+  bool replay_selection = true;  // off: for `perf record` (select then reads 0%)
 };
 
 std::string BenchDir() { return KVTIER_BENCH_DIR; }
@@ -279,6 +283,7 @@ Result RunSystem(const BenchOptions& bo, const std::string& system) {
   scores.probe_heads = opts.system.itf_options.probe_heads;
   scores.itf_options = opts.system.itf_options;
   scores.retention = opts.system.retention;
+  scores.replay_selection = bo.replay_selection;
   PipelineOptions popts;
   popts.system = opts.system;
   popts.log_chunk_decisions = false;
@@ -391,9 +396,12 @@ int Main(int argc, char** argv) {
       bo.trace = next();
     } else if (a == "--no-sqlite") {
       bo.sqlite = false;
+    } else if (a == "--no-select-replay") {
+      bo.replay_selection = false;
     } else {
       std::fprintf(stderr,
-                   "usage: sim_bench [--requests N] [--systems a,b] [--trace T] [--no-sqlite]\n");
+                   "usage: sim_bench [--requests N] [--systems a,b] [--trace T] [--no-sqlite] "
+                   "[--no-select-replay]\n");
       return 2;
     }
   }
