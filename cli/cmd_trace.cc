@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "core/config.h"
 #include "core/errors.h"
 #include "traces/generator.h"
 #include "traces/mooncake.h"
@@ -71,8 +72,9 @@ bool Parse(Options* o, const Args& args, const char* usage, bool with_config) {
     auto it = vm.find("config");
     if (it != vm.end()) {
       const std::string path = it->second.as<std::string>();
-      std::ifstream in(path);
-      if (!in) throw InputError(path + ": cannot open config");
+      std::ifstream file(path);
+      if (!file) throw InputError(path + ": cannot open config");
+      std::istringstream in(StripIniComments(file));  // ';' comments too
       po::variables_map ini_vm;
       try {
         po::store(po::parse_config_file(in, o->ini, /*allow_unregistered=*/false), ini_vm);

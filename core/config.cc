@@ -17,6 +17,15 @@ namespace kvtier {
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
 
+std::string StripIniComments(std::istream& in) {
+  std::string out;
+  for (std::string line; std::getline(in, line);) {
+    out += line.substr(0, line.find_first_of("#;"));
+    out += '\n';
+  }
+  return out;
+}
+
 const KeySpec* FindKey(std::string_view name) {
   for (const KeySpec& spec : AllKeys()) {
     if (name == spec.name) return &spec;
@@ -130,12 +139,7 @@ std::vector<FileEntry> ReadIni(const std::string& path, bool allow_include) {
     auto it = lines.find(key);
     return it == lines.end() ? path : path + ":" + std::to_string(it->second);
   };
-  // Boost only knows '#' comments; INI files also use ';' (whole-line and inline). Cut both
-  // before parsing, keeping one line per line so KeyLines' numbers still match.
-  std::stringstream stripped;
-  for (std::string line; std::getline(in, line);) {
-    stripped << line.substr(0, line.find_first_of("#;")) << '\n';
-  }
+  std::stringstream stripped(StripIniComments(in));
   po::parsed_options parsed(nullptr);
   try {
     parsed = po::parse_config_file(stripped, KeyTable(), /*allow_unregistered=*/true);

@@ -16,6 +16,7 @@
 // type, and keys set twice in one file are ConfigErrors naming the file, line and key. The
 // resolved configuration (`Dump`) is what runs store, so a result row can be reproduced.
 
+#include <istream>
 #include <map>
 #include <span>
 #include <string>
@@ -84,6 +85,11 @@ class Config {
   std::map<std::string, Value, std::less<>> values_;
   std::vector<std::string> files_;
 };
+
+// INI text of `in` with ';' and '#' comments (whole-line and inline) cut, one output line per
+// input line so line numbers still match. Boost.Program_options only knows '#' comments; every
+// kvtier INI reader goes through this.
+std::string StripIniComments(std::istream& in);
 
 // Validates `text` against `spec`; throws std::invalid_argument saying what was expected.
 void ValidateValue(const KeySpec& spec, const std::string& text);

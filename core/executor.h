@@ -87,7 +87,7 @@ struct ComputeOp {
   int layer = -1;                    // -1 for all-layer steps
   std::int64_t new_tokens = 0;       // tokens whose hidden states are computed
   std::int64_t context_tokens = 0;   // tokens attended to (kept prefix + new tokens)
-  int heads = 0;                     // heads involved (score steps); 0 = all
+  int heads = 0;                     // KV heads scored (score steps); 0 = all
 };
 
 // Timestamps of a completed operation, in executor time (seconds since the run started).

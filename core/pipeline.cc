@@ -692,7 +692,7 @@ Status Pipeline::RunLayers(RequestState& rs) {
       op.layer = l;
       op.new_tokens = newtok;
       op.context_tokens = rs.n;
-      op.heads = model_.heads;
+      op.heads = model_.kv_heads;  // KV heads scored, each with its group of query heads
       OpId score = SubmitCompute(rs, op, keys, true);
       gpu_ops.push_back(score);
       deps.push_back(score);
@@ -943,11 +943,21 @@ void Pipeline::MaybeReorder(RequestId request) {
   for (std::uint32_t old_id : reorderer_->Due(*tree_)) {
     const Segment* old = tree_->FindSegment(old_id);
     Bytes bytes = 0;
+    // Chunks cached in GPU or CPU memory are repacked in place: the new chunk with the same
+    // (kind, layer, index) takes over the old one's tier (its access statistics start over).
+    struct Slot {
+      ChunkId old_id;
+      Tier tier;
+    };
+    std::vector<Slot> cached;
     for (int l = 0; l < model_.layers; ++l) {
       for (std::uint32_t c = 0; c < old->num_chunks; ++c) {
         for (KvKind kind : {KvKind::kKey, KvKind::kValue, KvKind::kProbeKey}) {
           const ChunkId id = ChunkId::Make(old_id, kind, l, c);
           bytes += ChunkBytes(*old, c, kind);
+          const Tier tier = cache_->Where(id);
+          if (tier == Tier::kSsd) continue;
+          cached.push_back({id, tier});
           moves.clear();
           cache_->Erase(id, &moves);
           for (const CacheMove& m : moves) executor_->OnEvicted(m.from, m.chunk);
@@ -957,6 +967,19 @@ void Pipeline::MaybeReorder(RequestId request) {
     std::vector<float> importance(reorderer_->MeanImportance(old_id).begin(),
                                   reorderer_->MeanImportance(old_id).end());
     const std::uint32_t new_id = tree_->Repack(old_id, importance);
+    const Segment* repacked = tree_->FindSegment(new_id);
+    for (const Slot& slot : cached) {
+      const std::uint32_t c = slot.old_id.index();
+      if (c >= repacked->num_chunks) continue;
+      const ChunkId id = ChunkId::Make(new_id, slot.old_id.kind(), slot.old_id.layer(), c);
+      moves.clear();
+      if (cache_->Insert(id, ChunkBytes(*repacked, c, slot.old_id.kind()), slot.tier, &moves)) {
+        executor_->OnResident(slot.tier, id);
+      }
+      for (const CacheMove& m : moves) {
+        if (m.chunk != id && m.from != Tier::kSsd) executor_->OnEvicted(m.from, m.chunk);
+      }
+    }
     reorderer_->Repacked(old_id, new_id);
     ++totals_.repacked_segments;
     TransferOp read = MakeTransfer(TransferKind::kSsdRead, Purpose::kReorder, request, -1);

@@ -161,9 +161,11 @@ WorkCost ScoresCost(const ModelSpec& model, int kv_heads_scored, std::int64_t n_
 }
 
 WorkCost ComputeCost(const ModelSpec& model, const ComputeOp& op) {
-  CheckTokens(op.new_tokens, op.context_tokens);
+  // Prefill steps attend causally among their new tokens (n <= m). Score steps do not: their
+  // n query rows (new prefix + query) score m reused keys, and n may exceed m.
   switch (op.kind) {
     case ComputeKind::kLayerPrefill:
+      CheckTokens(op.new_tokens, op.context_tokens);
       return LayerPrefillCost(model, op.new_tokens, op.context_tokens);
     case ComputeKind::kProbeScores:
       KVTIER_CHECK(op.heads >= 1, "kProbeScores needs the number of probe heads");
@@ -172,6 +174,7 @@ WorkCost ComputeCost(const ModelSpec& model, const ComputeOp& op) {
       return ScoresCost(model, op.heads == 0 ? model.kv_heads : op.heads, op.new_tokens,
                         op.context_tokens);
     case ComputeKind::kChunkPrefill:
+      CheckTokens(op.new_tokens, op.context_tokens);
       return static_cast<double>(model.layers) *
              LayerPrefillCost(model, op.new_tokens, op.context_tokens);
     case ComputeKind::kOutputLayer:
@@ -203,7 +206,6 @@ Seconds RooflineSeconds(const WorkCost& cost, const HardwareOptions& hw) {
 }
 
 Seconds ComputeSeconds(const ModelSpec& model, const HardwareOptions& hw, const ComputeOp& op) {
-  CheckTokens(op.new_tokens, op.context_tokens);
   const Seconds overhead = hw.gpu_kernel_overhead;
   switch (op.kind) {
     case ComputeKind::kChunkPrefill: {
