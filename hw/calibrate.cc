@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -113,21 +116,39 @@ Status Calibrate(const CalibrateOptions& options, CalibrateResult* out) {
   std::filesystem::create_directories(options.dir);
   const std::string path = options.dir + "/kvtier_calibrate.dat";
 
-  // --- SSD write: sequential O_DIRECT 1 MiB writes, then fdatasync.
+  // --- SSD write: chunk-sized ChunkStore::Put records (what the pipeline's stores do: O_DIRECT
+  // from a bounce buffer, one record at a time, manifest appended; sync off as in kvtier hw),
+  // then the read file: sequential O_DIRECT 1 MiB writes.
   {
-    int flags = O_CREAT | O_TRUNC | O_WRONLY | O_DIRECT;
+    ChunkStoreOptions so;
+    so.dir = options.dir + "/kvtier_calibrate_store";
+    so.capacity_bytes = q ? (64ull << 20) : (256ull << 20);
+    so.allow_buffered = options.allow_buffered;
+    so.sync = false;
+    std::filesystem::remove_all(so.dir);
+    std::unique_ptr<ChunkStore> store;
+    Status s = ChunkStore::Open(so, &store);
+    if (s.code() == Status::Code::kUnavailable) {
+      return Status::Unavailable(s.message() + " (measure a real disk or pass --allow-buffered)");
+    }
+    KVTIER_RETURN_IF_ERROR(s);
+    r.direct_io = store->direct_io();
+    std::vector<std::byte> rec(options.block);
+    std::mt19937_64 rng(3);
+    for (auto& b : rec) b = std::byte(rng());
+    const std::uint64_t n = (so.capacity_bytes / 2) / RoundUp(options.block, 4096);
+    const std::int64_t t0 = MonotonicNowNs();
+    for (std::uint64_t i = 0; i < n; ++i) {
+      KVTIER_RETURN_IF_ERROR(store->Put(ChunkId{i}, rec));
+    }
+    r.ssd_write_bw = double(n) * double(options.block) / Seconds(t0, MonotonicNowNs());
+    store.reset();
+    std::filesystem::remove_all(so.dir);
+  }
+  {
+    int flags = O_CREAT | O_TRUNC | O_WRONLY | (r.direct_io ? O_DIRECT : 0);
     UniqueFd fd(::open(path.c_str(), flags, 0644));
-    if (!fd.valid() && errno == EINVAL && options.allow_buffered) {
-      r.direct_io = false;
-      fd.reset(::open(path.c_str(), flags & ~O_DIRECT, 0644));
-    }
-    if (!fd.valid()) {
-      const int e = errno;
-      return e == EINVAL ? Status::Unavailable(path + ": O_DIRECT refused by this file system (" +
-                                               ErrnoText(e) + "); measure a real disk or pass "
-                                               "--allow-buffered")
-                         : Status::IoError(path + ": open: " + ErrnoText(e));
-    }
+    if (!fd.valid()) return Status::IoError(path + ": open: " + ErrnoText(errno));
     const std::uint64_t wblock = 1 << 20;
     AlignedBuffer buf = AllocateAligned(wblock, 4096);
     std::mt19937_64 rng(7);
@@ -135,14 +156,12 @@ Status Calibrate(const CalibrateOptions& options, CalibrateResult* out) {
       const std::uint64_t v = rng();
       std::memcpy(buf.get() + i, &v, 8);
     }
-    const std::int64_t t0 = MonotonicNowNs();
     for (std::uint64_t off = 0; off < file_bytes; off += wblock) {
       if (::pwrite(fd.get(), buf.get(), std::min(wblock, file_bytes - off), off_t(off)) < 0) {
         return Status::IoError(path + ": pwrite: " + ErrnoText(errno));
       }
     }
     ::fdatasync(fd.get());
-    r.ssd_write_bw = double(file_bytes) / Seconds(t0, MonotonicNowNs());
   }
 
   // --- SSD reads through the engine: QD1 (latency) and QD N (bandwidth), interleaved reps.
@@ -217,10 +236,38 @@ Status Calibrate(const CalibrateOptions& options, CalibrateResult* out) {
   r.mem_bw = r.memcpy_bw;
   r.gemm_flops = HostCompute::MeasureGemmFlops(256, 1536, 576, q ? 3 : 10);
   {
-    const std::int64_t t0 = MonotonicNowNs();
+    // Per compute step on the host backend: handing a job to a persistent worker thread and
+    // being woken when it is done (what every HwExecutor op pays), median of n round trips.
+    std::mutex mu;
+    std::condition_variable cv;
+    std::int64_t posted = 0, ran = 0;
+    bool stop = false;
+    std::thread worker([&] {
+      std::unique_lock<std::mutex> l(mu);
+      while (true) {
+        cv.wait(l, [&] { return stop || posted > ran; });
+        if (stop) return;
+        ran = posted;
+        cv.notify_all();
+      }
+    });
+    std::vector<double> rt;
     const int n = q ? 200 : 2000;
-    for (int i = 0; i < n; ++i) HostCompute::MeasureGemmFlops(1, 64, 64, 1);
-    r.kernel_overhead_s = Seconds(t0, MonotonicNowNs()) / n;
+    for (int i = 0; i < n; ++i) {
+      std::unique_lock<std::mutex> l(mu);
+      const std::int64_t t0 = MonotonicNowNs();
+      posted = t0;
+      cv.notify_all();
+      cv.wait(l, [&] { return ran == posted; });
+      rt.push_back(Seconds(t0, MonotonicNowNs()));
+    }
+    {
+      std::lock_guard<std::mutex> l(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    worker.join();
+    r.kernel_overhead_s = Median(rt);
   }
   r.gpu_name = "host-cpu";
 

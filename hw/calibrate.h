@@ -8,7 +8,7 @@
 //                    through the IoEngine (io_uring, else pread), on a scratch file
 //   ssd.latency      QD1 mean time per read minus block / read_bw (the sim charges
 //                    ceil(ios/QD) * latency + bytes / bw)
-//   ssd.write_bw     O_DIRECT sequential 1 MiB writes
+//   ssd.write_bw     chunk-sized ChunkStore::Put records (O_DIRECT, sync off, as kvtier hw)
 //   cpu.memcpy_bw    cold block copies cycling through two arenas (never one hot buffer)
 //   cpu.gather_bw    rows of `row_bytes` gathered out of staged chunks (half the rows)
 //   pcie.h2d/d2h_bw  cuda: pinned cudaMemcpyAsync timed with events; host backend: memcpy into
@@ -17,6 +17,7 @@
 //   gpu.flops        cuda: cuBLAS fp32 GEMM; host: Eigen fp32 GEMM, with gpu.efficiency = 1
 //                    (the measured rate already is the achieved one)
 //   gpu.mem_bw       host: memcpy bandwidth; cuda: device-to-device copy
+//   gpu.kernel_overhead  host: median hand-off round trip to a worker thread (per op)
 // `quick` shrinks every measurement (a few seconds, for tests). Not thread-safe.
 
 #include <cstdint>

@@ -1,5 +1,6 @@
 #include "hw/hw_executor.h"
 
+#include <sys/prctl.h>
 #include <time.h>
 
 #include <algorithm>
@@ -48,11 +49,12 @@ std::uint64_t Mix(std::uint64_t z) {
   return z ^ (z >> 31);
 }
 
-// Sleeps until CLOCK_MONOTONIC reaches `target_ns`: a kernel sleep for all but the last 40 us,
-// then a short spin (a sleep alone overshoots by 50-100 us; a spin alone would steal one of the
-// two cores from the I/O threads).
+// Sleeps until CLOCK_MONOTONIC reaches `target_ns`: a kernel sleep for all but the last 60 us,
+// then a spin (a sleep alone overshoots by the timer slack, 50 us by default, plus the VM's
+// wake-up latency; a spin alone would steal one of the two cores from the I/O threads).
+// Callers' threads set a 1 ns timer slack (PreciseTimers).
 void SleepUntilNs(std::int64_t target_ns) {
-  constexpr std::int64_t kSpinNs = 40000;
+  constexpr std::int64_t kSpinNs = 60000;
   std::int64_t now = MonotonicNowNs();
   if (target_ns - now > kSpinNs) {
     timespec ts;
@@ -65,6 +67,9 @@ void SleepUntilNs(std::int64_t target_ns) {
   while (MonotonicNowNs() < target_ns) {
   }
 }
+
+// Linux rounds a normal thread's sleeps up by a 50 us timer slack; the lanes time things.
+void PreciseTimers() { prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); }
 
 IoClass ClassOf(Purpose p) {
   switch (p) {
@@ -97,6 +102,7 @@ class Lane {
 
  private:
   void Loop() {
+    PreciseTimers();
     std::unique_lock<std::mutex> l(mu_);
     while (true) {
       cv_.wait(l, [&] { return stop_ || !jobs_.empty(); });
@@ -192,6 +198,7 @@ struct HwExecutor::Impl {
     int pending = 0;
     std::vector<OpId> dependents;
     bool done = false;
+    bool waited = false;  // the driving thread blocks on it: wake it on completion
     Status status;
     OpTimes times;
     // SSD reads: pieces still in flight, and the first error.
@@ -232,6 +239,7 @@ struct HwExecutor::Impl {
   OpId next_id = 1;
   std::unordered_map<OpId, OpPtr> ops;
   std::int64_t incomplete = 0;
+  bool draining = false;
   std::unordered_map<ChunkId, OpId> pending_puts;  // chunk -> store op not yet complete
 
   // Residency and locations.
@@ -260,6 +268,7 @@ struct HwExecutor::Impl {
 
   void Complete(const OpPtr& op, Status status, Seconds start_s, Seconds end_s) {
     std::vector<OpPtr> ready;
+    bool notify = false;
     {
       std::lock_guard<std::mutex> l(mu);
       op->status = std::move(status);
@@ -279,8 +288,11 @@ struct HwExecutor::Impl {
         if (--it->second->pending == 0) ready.push_back(it->second);
       }
       op->dependents.clear();
+      // Waking the driving thread for ops it does not wait on costs a core switch on small
+      // machines; only the awaited ones (and a drain) notify.
+      notify = op->waited || draining;
     }
-    cv.notify_all();
+    if (notify) cv.notify_all();
     for (const OpPtr& r : ready) Dispatch(r);
   }
 
@@ -962,6 +974,7 @@ Status HwExecutor::Wait(OpId op) {
   auto it = m.ops.find(op);
   if (it == m.ops.end()) return Status::OK();
   Impl::OpPtr p = it->second;
+  p->waited = true;
   m.cv.wait(l, [&] { return p->done; });
   return p->status;
 }
@@ -970,6 +983,10 @@ std::size_t HwExecutor::WaitAny(std::span<const OpId> ops) {
   Impl& m = *impl_;
   std::unique_lock<std::mutex> l(m.mu);
   std::size_t found = ops.size();
+  for (OpId id : ops) {
+    auto it = m.ops.find(id);
+    if (it != m.ops.end()) it->second->waited = true;
+  }
   m.cv.wait(l, [&] {
     for (std::size_t i = 0; i < ops.size(); ++i) {
       auto it = m.ops.find(ops[i]);
@@ -1071,13 +1088,16 @@ Status HwExecutor::Prepopulate(ChunkId id, Bytes bytes, bool fill_tiers) {
 }
 
 void HwExecutor::IdleUntil(Seconds t) {
+  PreciseTimers();
   SleepUntilNs(impl_->t0_ns.load() + std::int64_t(t * 1e9));
 }
 
 void HwExecutor::Drain() {
   Impl& m = *impl_;
   std::unique_lock<std::mutex> l(m.mu);
+  m.draining = true;
   m.cv.wait(l, [&] { return m.incomplete == 0; });
+  m.draining = false;
 }
 
 HwExecutorStats HwExecutor::stats() const {
