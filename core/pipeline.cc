@@ -53,6 +53,7 @@ struct PrefetchTable {
     Source source = Source::kSsd;
     OpId op = kNoOp;  // transfer that brought the rows (kNoOp: GPU hit)
     std::uint32_t row_begin = 0, row_count = 0;  // sorted rows in `rows`
+    TieredCache::ChunkRef ref;  // the cache lookup made when planning, reused by the demand
   };
   static constexpr std::size_t kKinds = 3;  // KvKind values
   std::size_t nslots = 0;
@@ -425,9 +426,10 @@ void Pipeline::IssueLoads(RequestState& rs, int layer, KvKind kind, const Select
     if (demand) {
       const double ratio = double(r.size()) / double(std::max(1, slot.tokens));
       moves.clear();
-      tier = cache_->Access(id, chunk_bytes, std::min(1.0, ratio), &moves);
+      tier = pre != nullptr ? cache_->Access(id, chunk_bytes, std::min(1.0, ratio), &moves, pre->ref)
+                            : cache_->Access(id, chunk_bytes, std::min(1.0, ratio), &moves);
     } else {
-      tier = cache_->Where(id);
+      tier = cache_->Where(id, &rs.prefetched.At(kind, s).ref);
     }
     if (pre != nullptr) {
       source = Source::kPrefetched;

@@ -70,12 +70,26 @@ class TieredCache {
   // Where `chunk` is now: kGpu, kCpu, or kSsd (not cached).
   Tier Where(ChunkId chunk) const;
 
+  // A remembered lookup. Where(chunk, &ref) fills it; Access(chunk, ..., ref) with the same
+  // chunk then skips the hash lookup if the ref is still current, i.e. no chunk's record has
+  // been forgotten since (an Insert()ed chunk evicted, Erase()); otherwise it looks the chunk up
+  // as usual. A ref never changes what a call does, only how fast it finds the chunk. The
+  // simulator plans a layer's prefetch (Where) one layer before it uses the chunks (Access).
+  struct ChunkRef {
+    const void* record = nullptr;  // nullptr: the chunk had no record
+    std::uint64_t epoch = 0;
+  };
+  Tier Where(ChunkId chunk, ChunkRef* ref) const;
+
   // Records one access to `chunk` (of `bytes`) that used `important_ratio` (in [0, 1]) of its
   // rows, then applies the access rules above. Appends the residency changes, in the order
   // they happen, to *moves (does not clear it). Returns where the chunk was before the access
   // (what Where() said just before the call), so a caller that needs both asks once.
   // REQUIRES: bytes > 0; the same chunk always has the same bytes.
   Tier Access(ChunkId chunk, Bytes bytes, double important_ratio, std::vector<CacheMove>* moves);
+  // The same, with a ChunkRef that Where(chunk, &ref) filled.
+  Tier Access(ChunkId chunk, Bytes bytes, double important_ratio, std::vector<CacheMove>* moves,
+              const ChunkRef& ref);
 
   // Places `chunk` in `tier` without an access (pre-warming, storing new prefix KV), if it
   // fits after the usual victim rules. Returns false when it was not placed. Appends moves.
@@ -105,6 +119,7 @@ class TieredCache {
   // addresses unordered_map keeps stable). A record exists while the chunk has statistics or
   // is cached; `accessed` is false for a chunk only ever placed by Insert.
   struct ChunkRecord {
+    ChunkId chunk;
     ChunkStats stats;
     bool accessed = false;
     Tier tier = Tier::kSsd;
@@ -127,7 +142,14 @@ class TieredCache {
   TieredCacheOptions options_;
   std::unique_ptr<TierHeap> gpu_;
   std::unique_ptr<TierHeap> cpu_;
+  // Access with the record found (created if null) and whether it was just created.
+  Tier AccessRecord(ChunkRecord* r, bool is_new, ChunkId chunk, Bytes bytes,
+                    double important_ratio, std::vector<CacheMove>* moves);
+  // Erases a record from chunks_; every ChunkRef handed out so far stops being current.
+  void EraseRecord(std::unordered_map<ChunkId, ChunkRecord>::iterator it);
+
   std::unordered_map<ChunkId, ChunkRecord> chunks_;
+  std::uint64_t epoch_ = 1;  // bumped whenever a record is erased (ChunkRef validity)
   std::uint64_t tick_ = 0;
   std::size_t calls_since_full_check_ = 0;
 };
