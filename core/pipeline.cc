@@ -302,7 +302,9 @@ Pipeline::Selection Pipeline::SelectAll(const RequestState& rs) const {
 // prefix (probe keys, kAll) take each slot's rows from the per-request table instead of marking
 // and bucketing n tokens; a slot's rows are a span into scratch, copied only into ChunkIo rows
 // (chunk_detail) and prefetch entries; a demand access asks the cache once (Access returns the
-// tier it found) instead of Where + Access; prefetched chunks are found by slot, not by hash.
+// tier it found) instead of Where + Access, and for a prefetched chunk reuses the lookup made
+// when its prefetch was planned (TieredCache::ChunkRef); prefetched chunks are found by slot,
+// not by hash.
 // Together (perf samples, sim_bench spec, 100 requests): IssueLoads, the cache's ChunkId hash
 // lookups, the prefetch map and malloc/free went from 13.8 to 4.9 ms of CPU per request.
 // Shared selections (ITF's voted set, its prediction) are walked in O(k), not marked over n.
