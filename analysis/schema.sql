@@ -4,7 +4,7 @@ PRAGMA foreign_keys = ON;
 
 CREATE TABLE IF NOT EXISTS runs (
   run_id        INTEGER PRIMARY KEY,
-  mode          TEXT NOT NULL CHECK (mode IN ('sim', 'hw')),
+  mode          TEXT NOT NULL CHECK (mode IN ('sim', 'hw', 'eval')),
   experiment    TEXT NOT NULL,
   system        TEXT NOT NULL,
   model         TEXT NOT NULL,
@@ -96,6 +96,23 @@ CREATE TABLE IF NOT EXISTS metrics (
   PRIMARY KEY (run_id, name)
 );
 
+-- `kvtier eval` (mode 'eval' runs): accuracy of a KV selector on a multiple-choice task, per
+-- retention ratio (and ITF alpha). One row per (run, task, selector, retention, alpha).
+CREATE TABLE IF NOT EXISTS accuracy (
+  run_id                INTEGER NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  task                  TEXT NOT NULL,   -- piqa | copa | rte | openbookqa
+  selector              TEXT NOT NULL CHECK (selector IN ('full', 'itf', 'h2o', 'spi', 'random')),
+  alpha                 REAL,            -- ITF threshold exponent; NULL for other selectors
+  retention             REAL NOT NULL,   -- fraction of prefix tokens kept (1 for full)
+  items                 INTEGER NOT NULL,
+  correct               INTEGER NOT NULL,
+  accuracy              REAL NOT NULL,   -- correct / items (acc: sum of choice log-probs)
+  first_token_agreement REAL NOT NULL,   -- share of items whose first generated token = full KV's
+  mean_kept_fraction    REAL NOT NULL,   -- mean over items, layers, KV heads of kept / prefix
+  itf_fallback_rate     REAL             -- ITF layers that fell back to per-head H2O; NULL if not ITF
+);
+
+CREATE INDEX IF NOT EXISTS accuracy_by_run ON accuracy(run_id);
 CREATE INDEX IF NOT EXISTS requests_by_run ON requests(run_id);
 CREATE INDEX IF NOT EXISTS layers_by_run ON layers(run_id, request_id);
 CREATE INDEX IF NOT EXISTS transfers_by_run ON transfers(run_id, request_id);

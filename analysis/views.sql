@@ -117,3 +117,39 @@ JOIN runs s ON s.mode = 'sim' AND h.mode = 'hw' AND s.experiment = h.experiment
 JOIN stage_busy bh ON bh.run_id = h.run_id
 JOIN stage_busy bs ON bs.run_id = s.run_id AND bs.stage = bh.stage
 WHERE h.complete = 1 AND s.complete = 1;
+
+-- The selection knobs of each sim/hw run, read from its resolved config text ("key = value"
+-- lines, every key present): retention, ITF alpha, and the selector class its accuracy is
+-- measured under by `kvtier eval` (itf | h2o | full).
+CREATE VIEW IF NOT EXISTS run_selection AS
+SELECT run_id, mode, experiment, system, model,
+       CAST(substr(rt, 1, instr(rt, char(10)) - 1) AS REAL) AS retention,
+       CAST(substr(al, 1, instr(al, char(10)) - 1) AS REAL) AS alpha,
+       CASE WHEN substr(ru, 1, instr(ru, char(10)) - 1) = 'false' THEN 'full'
+            WHEN substr(it, 1, instr(it, char(10)) - 1) = 'true' THEN 'itf'
+            WHEN substr(po, 1, instr(po, char(10)) - 1) = 'h2o' THEN 'h2o'
+            ELSE 'full' END AS selector
+FROM (SELECT run_id, mode, experiment, system, model,
+             substr(c, instr(c, char(10) || 'select.retention = ') + 20) AS rt,
+             substr(c, instr(c, char(10) || 'itf.alpha = ') + 13) AS al,
+             substr(c, instr(c, char(10) || 'itf.enabled = ') + 15) AS it,
+             substr(c, instr(c, char(10) || 'select.policy = ') + 17) AS po,
+             substr(c, instr(c, char(10) || 'reuse.enabled = ') + 17) AS ru
+      FROM (SELECT run_id, mode, experiment, system, model, char(10) || config AS c
+            FROM runs WHERE mode IN ('sim', 'hw')));
+
+-- Accuracy (kvtier eval) beside latency (kvtier sim/hw) per configuration. Join key: the same
+-- model name, selector class (run_selection.selector), retention (not for full) and, for ITF,
+-- alpha. One row per (accuracy row, matching complete sim/hw run).
+CREATE VIEW IF NOT EXISTS accuracy_latency AS
+SELECT a.task, a.selector, a.alpha, a.retention, a.items, a.accuracy, a.first_token_agreement,
+       a.itf_fallback_rate AS eval_itf_fallback_rate, e.model, a.run_id AS eval_run_id,
+       s.run_id AS latency_run_id, s.mode, s.experiment, s.system, s.hardware,
+       s.mean_ttft_s, s.p99_ttft_s, s.mean_io_stall_s, s.ssd_read_bytes,
+       s.itf_fallback_rate AS sim_itf_fallback_rate
+FROM accuracy a
+JOIN runs e ON e.run_id = a.run_id AND e.mode = 'eval'
+JOIN run_selection k ON k.model = e.model AND k.selector = a.selector
+ AND (a.selector = 'full' OR abs(k.retention - a.retention) < 1e-9)
+ AND (a.selector <> 'itf' OR abs(k.alpha - a.alpha) < 1e-9)
+JOIN run_summary s ON s.run_id = k.run_id;

@@ -338,8 +338,9 @@ int RunInfo(const Args& args) {
 
 void PrintTraceUsage(std::FILE* f) {
   std::fprintf(f,
-               "usage: kvtier trace <gen|import-mooncake|stats|fit|info> [options]\n"
+               "usage: kvtier trace <gen|record|import-mooncake|stats|fit|info> [options]\n"
                "  gen              generate a synthetic trace (few-shot or RAG, procedural importance)\n"
+               "  record           record a real trace with the small LM (explicit importance)\n"
                "  import-mooncake  convert a Mooncake FAST'25 JSON-lines trace\n"
                "  stats            lengths, ideal reuse ratio, head/layer similarity, SPI recall\n"
                "  fit              estimate importance-model targets from a recorded trace\n"
@@ -356,6 +357,7 @@ int RunTrace(const Args& args) {
   const std::string sub = args[0];
   const Args rest(args.begin() + 1, args.end());
   if (sub == "gen") return RunGen(rest);
+  if (sub == "record") return RunTraceRecord(rest);  // cli/cmd_record.cc
   if (sub == "import-mooncake") return RunImport(rest);
   if (sub == "stats") return RunStats(rest);
   if (sub == "fit") return RunFit(rest);
@@ -365,7 +367,7 @@ int RunTrace(const Args& args) {
     return 0;
   }
   throw InputError("unknown trace subcommand '" + sub +
-                   "' (expected gen, import-mooncake, stats, fit or info)");
+                   "' (expected gen, record, import-mooncake, stats, fit or info)");
 }
 
 }  // namespace kvtier::cli

@@ -29,5 +29,12 @@ int RunLm(const Args& args);      // cli/cmd_lm.cc
 int RunHw(const Args& args);        // cli/cmd_hw.cc
 int RunCalibrate(const Args& args); // cli/cmd_calibrate.cc
 int RunValidate(const Args& args);  // cli/cmd_validate.cc
+int RunTraceRecord(const Args& args);  // cli/cmd_record.cc (`kvtier trace record`)
+int RunEval(const Args& args);         // cli/cmd_eval.cc
+// Defaults shared by record and eval (cli/cmd_record.cc): the GGUF file, the repository's data/,
+// and the directory of datasets that may not be committed (RTE, OpenBookQA).
+std::string DefaultModelPath();
+std::string DefaultRepoDataDir();
+std::string DefaultSharedDataDir();
 
 }  // namespace kvtier::cli

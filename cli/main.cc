@@ -14,13 +14,14 @@ const std::vector<Command>& AllCommands() {
   static const std::vector<Command> kCommands = {
       {"config", "print the resolved, validated configuration (or --keys, --check)", RunConfig},
       {"model", "a model's KV sizes and prefix recompute vs load times", RunModel},
-      {"trace", "importance traces: gen, import-mooncake, stats, fit, info", RunTrace},
+      {"trace", "importance traces: gen, record, import-mooncake, stats, fit, info", RunTrace},
       {"sim", "simulate systems on a trace and hardware profile; compare TTFT", RunSim},
       {"sweep", "simulate a grid of configurations in parallel, resumable", RunSweep},
       {"lm", "the real small LM (GGUF): generate, perplexity, tokenize", RunLm},
       {"hw", "run systems on this machine's disk, memory and device; compare TTFT", RunHw},
       {"calibrate", "measure this machine and write a hardware profile for the simulator", RunCalibrate},
       {"validate", "run sim and hw on the same trace; report the simulator's TTFT error", RunValidate},
+      {"eval", "accuracy of each KV selector on few-shot tasks with the real small LM", RunEval},
   };
   return kCommands;
 }

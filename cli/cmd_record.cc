@@ -1,0 +1,166 @@
+// `kvtier trace record`: a real importance trace from the real small LM (models/recorder.h).
+//   kvtier trace record --dataset piqa --prompts 8 --queries 4 --out piqa.kvt
+//   kvtier trace record --dataset rag --prompts 4 --queries 4 --docs 3 --out rag.kvt
+// Datasets: piqa and copa from the repository's data/ (--data-dir), rte and openbookqa from
+// --shared-data (default ../shared/data; never committed), rag from data/texts.
+// Progress goes to stderr; the recorder's throughput is printed at the end.
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include <boost/program_options.hpp>
+
+#include "cli/commands.h"
+#include "core/errors.h"
+#include "models/eval.h"
+#include "models/recorder.h"
+
+namespace kvtier::cli {
+
+std::string DefaultModelPath() {
+  if (const char* p = std::getenv("KVTIER_MODEL"); p != nullptr && *p) return p;
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "") + "/.cache/kvtier/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+// data/ of the repository: ./data when run from the checkout, else the source tree's.
+std::string DefaultRepoDataDir() {
+  std::error_code ec;
+  if (std::filesystem::is_directory("data/piqa", ec)) return "data";
+  return KVTIER_REPO_DIR "/data";
+}
+
+// RTE and OpenBookQA live outside the repository: $KVTIER_SHARED_DATA, ../shared/data, or the
+// source tree's ../shared/data.
+std::string DefaultSharedDataDir() {
+  if (const char* p = std::getenv("KVTIER_SHARED_DATA"); p != nullptr && *p) return p;
+  std::error_code ec;
+  if (std::filesystem::is_directory("../shared/data", ec)) return "../shared/data";
+  return KVTIER_REPO_DIR "/../shared/data";
+}
+
+namespace {
+
+namespace po = boost::program_options;
+
+// A progress line on stderr at most every 2 s (and at the end).
+struct Progress {
+  const char* what;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last = t0;
+  void operator()(int done, int total) {
+    const auto now = std::chrono::steady_clock::now();
+    if (done != total && now - last < std::chrono::seconds(2)) return;
+    last = now;
+    const double s = std::chrono::duration<double>(now - t0).count();
+    std::fprintf(stderr, "[%s] %d/%d (%.0f s, eta %.0f s)\n", what, done, total, s,
+                 done ? s * (total - done) / done : 0.0);
+  }
+};
+
+}  // namespace
+
+int RunTraceRecord(const Args& args) {
+  std::string model_path = DefaultModelPath(), dataset = "piqa", out, data_dir, shared_dir;
+  FewShotPromptOptions fs;
+  RagPromptOptions rag;
+  RecordOptions ro;
+  int prompts = 8, queries = 4, max_prefix = 2048;
+  std::uint64_t seed = 1;
+  po::options_description desc(
+      "usage: kvtier trace record --dataset piqa|copa|rte|openbookqa|rag --out T [options]\n\n"
+      "Runs few-shot (dataset examples as the shared prefix, a question as the query) or RAG\n"
+      "(document excerpts as the prefix) prompts through the GGUF model and writes a trace with\n"
+      "explicit per-layer, per-KV-head H2O importance over the prefix tokens.\n\noptions");
+  desc.add_options()
+      ("help,h", "show this help")
+      ("model", po::value(&model_path), "GGUF file (default $KVTIER_MODEL or ~/.cache/kvtier/models/SmolLM2-135M-Instruct.Q4_1.gguf)")
+      ("model-name", po::value(&ro.model_name), "model descriptor in the header (smollm2-135m)")
+      ("dataset", po::value(&dataset), "piqa | copa | rte | openbookqa | rag (piqa)")
+      ("data-dir", po::value(&data_dir), "the repository's data/ (piqa, copa, texts)")
+      ("shared-data", po::value(&shared_dir), "directory with rte/ and openbookqa/ (../shared/data)")
+      ("out,o", po::value(&out), "output trace (required)")
+      ("prompts", po::value(&prompts), "distinct prefixes (8)")
+      ("queries", po::value(&queries), "queries per prefix (4)")
+      ("examples-min", po::value(&fs.examples_min), "few-shot: examples per prefix, min (2)")
+      ("examples-max", po::value(&fs.examples_max), "few-shot: max (10)")
+      ("docs", po::value(&rag.docs_per_prompt), "rag: documents per prefix (3)")
+      ("doc-tokens", po::value(&rag.doc_tokens), "rag: tokens per document, about (160)")
+      ("max-prefix-tokens", po::value(&max_prefix), "prefix cap in tokens (2048)")
+      ("seed", po::value(&seed), "prompts, arrivals and interleaving (1)")
+      ("rate", po::value(&ro.rate), "Poisson arrival rate, requests/s (1)")
+      ("bits", po::value(&ro.bits), "importance quantization, 8 or 16 (16)")
+      ("decode-steps", po::value(&ro.decode_steps), "greedy decode steps with top-k positions (0)")
+      ("decode-k", po::value(&ro.decode_k), "positions per decode step (16)")
+      ("output-tokens", po::value(&ro.output_tokens), "output_tokens of each request when not decoding (0)");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(desc).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw InputError(std::string(e.what()) + " (kvtier trace record --help)");
+  }
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return 0;
+  }
+  if (out.empty()) throw InputError("--out is required");
+  if (prompts < 1 || queries < 1) throw InputError("--prompts and --queries must be >= 1");
+  if (max_prefix < 1) throw InputError("--max-prefix-tokens must be >= 1");
+  if (data_dir.empty()) data_dir = DefaultRepoDataDir();
+  if (shared_dir.empty()) shared_dir = DefaultSharedDataDir();
+  const bool is_rag = dataset == "rag";
+  if (!is_rag) {
+    bool known = false;
+    for (const auto& n : McTaskNames()) known |= n == dataset;
+    if (!known) throw InputError("unknown dataset '" + dataset + "' (piqa, copa, rte, openbookqa, rag)");
+    if (McTaskIsExternal(dataset) && !std::filesystem::is_directory(shared_dir + "/" + dataset)) {
+      throw InputError("dataset " + dataset + " is not in the repository (no redistribution license); "
+                       "its directory " + shared_dir + "/" + dataset + " does not exist (--shared-data)");
+    }
+  }
+  const auto t_load = std::chrono::steady_clock::now();
+  const auto model = LlamaModel::Load(model_path);
+  if (model->tokenizer() == nullptr) throw ModelFileError(model_path + ": no tokenizer metadata");
+  std::fprintf(stderr, "[record] model %s loaded in %.1f s\n", model_path.c_str(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count());
+  std::vector<PromptGroup> groups;
+  if (is_rag) {
+    rag.prompts = prompts;
+    rag.queries_per_prompt = queries;
+    rag.max_prefix_tokens = max_prefix;
+    rag.seed = seed;
+    groups = BuildRagPrompts(*model, data_dir + "/texts", rag);
+    ro.workload = "rag";
+    ro.source = data_dir + "/texts";
+  } else {
+    const McTask task = LoadMcTask(dataset, data_dir, shared_dir);
+    fs.prompts = prompts;
+    fs.queries_per_prompt = queries;
+    fs.max_prefix_tokens = max_prefix;
+    fs.seed = seed;
+    groups = BuildFewShotPrompts(*model, task, fs);
+    ro.workload = "fewshot:" + dataset;
+    ro.source = task.source;
+  }
+  ro.seed = seed;
+  Progress progress{"record"};
+  ro.progress = [&](int d, int t) { progress(d, t); };
+  const RecordSummary s = RecordTrace(*model, groups, ro, out);
+  std::int64_t prefix_total = 0;
+  for (const auto& g : groups) prefix_total += static_cast<std::int64_t>(g.prefix.size());
+  std::printf("wrote %s: %lld records, %llu bytes, %zu prefixes (mean %.0f tokens)\n", out.c_str(),
+              (long long)s.records, (unsigned long long)s.bytes, groups.size(),
+              double(prefix_total) / std::max<size_t>(1, groups.size()));
+  std::printf("recorder: %.1f s model time, %lld prefix + %lld query + %lld decode tokens, "
+              "%.0f tokens/s, %.2f requests/s\n",
+              s.seconds, (long long)s.prefix_tokens, (long long)s.query_tokens,
+              (long long)s.decode_tokens, s.tokens_per_s(), s.requests_per_s());
+  return 0;
+}
+
+}  // namespace kvtier::cli
