@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Experiments reproducing the SPEC paper's analyses (Figs. 3, 16-18, 21-23) and Cake's §5.2 in
+# kvtier sim; results and the comparison with the papers: docs/paper-comparison.md.
+#
+#   bash scripts/experiments.sh [fig3|fig16|fig18|fig21|fig22|fig23|cake|sens|all] ...
+#
+# Traces go to $KVTIER_CACHE/exp (default ~/.cache/kvtier/exp), results to
+# $KVTIER_CACHE/results/<experiment>.sqlite (never into git). Sizes are chosen for a 2-core box
+# (each experiment a few minutes); larger versions: REQUESTS=1000 (few-shot traces),
+# MODELS="opt-6.7b opt-13b opt-30b" (fig18/21/22/23 default to OPT-13B only), JOBS=N.
+# sweep is resumable: a finished point is skipped on rerun; delete the .sqlite to start over.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir="${KVTIER_BUILD_DIR:-build}"
+k="${build_dir}/cli/kvtier"
+cache="${KVTIER_CACHE:-$HOME/.cache/kvtier}"
+E="${cache}/exp"; R="${cache}/results"
+JOBS="${JOBS:-2}"
+REQUESTS="${REQUESTS:-200}"
+MODELS16="${MODELS16:-opt-6.7b opt-13b opt-30b}"
+MODELS="${MODELS:-opt-13b}"
+mkdir -p "$E" "$R"
+[[ -x "$k" ]] || cmake --build "$build_dir" -j"$JOBS" --target kvtier
+
+fewshot() {  # fewshot <model> [extra trace-gen flags...] -> prints the trace path
+  local m="$1"; shift
+  local tag; tag="$(echo "$*" | tr -d ' -' )"
+  local t="$E/fewshot-${m}-r${REQUESTS}${tag:+-$tag}.kvt"
+  if [[ ! -s "$t" || "configs/workloads/fewshot-${m}.ini" -nt "$t" ]]; then
+    "$k" trace gen --config "configs/workloads/fewshot-${m}.ini" --requests "$REQUESTS" "$@" \
+      --out "$t" --quiet
+  fi
+  echo "$t"
+}
+
+# Fig. 3: one trace per prefix length; one kvtier sim per (length, tier). (kvtier sweep cannot
+# sweep workload.trace: it runs every point on the experiment's trace.)
+fig3() {
+  local db="$R/fig3.sqlite"; rm -f "$db" "$db"-wal "$db"-shm
+  for L in 128 256 512 1024 2048 4096 8192; do
+    local t="$E/fig3-L$L.kvt"
+    "$k" trace gen --config configs/workloads/fig3-prefix.ini --doc_tokens "$L" --out "$t" --quiet
+    local c=(--config configs/experiments/fig3.ini --workload.trace="$t" --out "$db")
+    "$k" sim "${c[@]}" --systems recomp --experiment.name=fig3-recomp
+    "$k" sim "${c[@]}" --systems as --experiment.name=fig3-gpu
+    "$k" sim "${c[@]}" --systems as --experiment.name=fig3-cpu --cache.gpu_capacity=0
+    "$k" sim "${c[@]}" --systems as --experiment.name=fig3-ssd --cache.gpu_capacity=0 \
+      --cache.cpu_capacity=0
+  done
+  sqlite3 -header -column "$db" "SELECT r.experiment, q.prefix_tokens AS tokens,
+    round(avg(q.ttft_s)*1e3,1) AS ttft_ms, round(avg(q.io_stall_s)*1e3,1) AS load_ms,
+    round(100*avg(q.io_stall_s)/avg(q.ttft_s),1) AS load_pct
+    FROM measured_requests q JOIN runs r USING (run_id) GROUP BY 1,2 ORDER BY 2,1"
+}
+
+per_model() {  # per_model <experiment> <models> [sim flags...]
+  local x="$1" models="$2"; shift 2
+  for m in $models; do
+    "$k" sim --config "configs/experiments/$x.ini" --include.model="$m" \
+      --workload.trace="$(fewshot "$m")" --out "$R/$x.sqlite" -j "$JOBS" "$@"
+  done
+}
+
+fig16() { per_model fig16 "$MODELS16"; }
+fig18() {
+  per_model fig18 "$MODELS"
+  sqlite3 -header -column "$R/fig18.sqlite" "SELECT model, system, round(mean_ttft_s*1e3,1) AS
+    ttft_ms, round(normalized_ttft,3) AS norm_ttft FROM ablation_delta ORDER BY model, run_id"
+}
+fig21() {
+  per_model fig21 "$MODELS"
+  per_model fig21 "$MODELS" --systems as_h2o_lfu --experiment.name=fig21-h2o-lfu
+  per_model fig21 "$MODELS" --systems as_h2o_lfu --experiment.name=fig21-h2o-score \
+    --cache.policy=score
+  sqlite3 -header -column "$R/fig21.sqlite" "SELECT r.experiment, r.model, r.system,
+    round(h.gpu_hit_ratio,3) AS gpu, round(h.cpu_hit_ratio,3) AS cpu, round(h.ssd_ratio,3) AS ssd
+    FROM hit_ratios h JOIN runs r USING (run_id) ORDER BY r.run_id"
+}
+fig22() {
+  for m in $MODELS; do
+    "$k" sweep --config configs/experiments/fig22.ini --include.model="$m" \
+      --workload.trace="$(fewshot "$m")" --set itf.alpha=0,0.3,0.6,1,1.5,2 \
+      --out "$R/fig22.sqlite" -j "$JOBS"
+  done
+}
+fig23() {
+  for m in $MODELS; do
+    "$k" sweep --config configs/experiments/fig23.ini --include.model="$m" \
+      --workload.trace="$(fewshot "$m")" --set cache.chunk_tokens=16,32,64,128,256 \
+      --out "$R/fig23.sqlite" -j "$JOBS"
+  done
+}
+cake() {
+  local t="$E/cake-32k.kvt"
+  [[ -s "$t" ]] || "$k" trace gen --config configs/workloads/cake-32k.ini --out "$t" --quiet
+  "$k" sweep --config configs/experiments/cake.ini --workload.trace="$t" \
+    --set ssd.read_bw=2Gbps,5Gbps,10Gbps --out "$R/cake.sqlite" -j "$JOBS"
+}
+# Sensitivity of the fig16 comparison (OPT-13B): slow compute (FlexGen-like), long queries,
+# cheap PCIe copies, no KV reordering.
+sens() {
+  local x=configs/experiments/fig16.ini db="$R/sens.sqlite" s=as_h2o_lfu,ablation_itf,impress,spec,recomp
+  local t; t="$(fewshot opt-13b)"
+  "$k" sim --config $x --workload.trace="$t" --out "$db" -j "$JOBS" --systems $s \
+    --experiment.name=sens-base
+  "$k" sim --config $x --workload.trace="$t" --out "$db" -j "$JOBS" --systems $s \
+    --experiment.name=sens-eff0.1 --gpu.efficiency=0.1
+  "$k" sim --config $x --workload.trace="$t" --out "$db" -j "$JOBS" --systems $s \
+    --experiment.name=sens-pcie2us --pcie.latency=2us
+  "$k" sim --config $x --workload.trace="$t" --out "$db" -j "$JOBS" --systems $s \
+    --experiment.name=sens-noreorder --reorder.enabled=false
+  "$k" sim --config $x --workload.trace="$(fewshot opt-13b --query_tokens 750 --query_tokens_sd 200)" \
+    --out "$db" -j "$JOBS" --systems $s --experiment.name=sens-q750
+}
+
+targets=("$@"); [[ ${#targets[@]} -gt 0 ]] || targets=(all)
+for x in "${targets[@]}"; do
+  case "$x" in
+    all) fig3; fig16; fig18; fig21; fig22; fig23; cake; sens ;;
+    fig3|fig16|fig18|fig21|fig22|fig23|cake|sens) "$x" ;;
+    *) echo "unknown experiment '$x' (fig3 fig16 fig18 fig21 fig22 fig23 cake sens all)" >&2; exit 2 ;;
+  esac
+done
