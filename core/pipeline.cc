@@ -838,7 +838,9 @@ Status Pipeline::RunCake(RequestState& rs) {
       --io_low;
       ++loaded_chunks;
       loading = load_chunk(io_low);
-      log_->LogDecision({rs.req->id, -1, "cake_load", 0, "chunk " + std::to_string(io_low), false});
+      // Where Cake's two sides meet depends on timing: these decisions are timing-dependent.
+      log_->LogDecision({rs.req->id, -1, "cake_load", 0, "chunk " + std::to_string(io_low),
+                         /*timing_dependent=*/true});
       if (loading.empty()) continue;  // everything was on the GPU already
     }
     if (comp == kNoOp && loading.empty()) break;
@@ -855,7 +857,7 @@ Status Pipeline::RunCake(RequestState& rs) {
   log_->LogDecision({rs.req->id, -1, "cake_meet", 0,
                      "computed " + std::to_string(computed_chunks) + " loaded " +
                          std::to_string(loaded_chunks) + " of " + std::to_string(m),
-                     false});
+                     /*timing_dependent=*/true});
   rs.rec.important_tokens = rs.n * model_.layers;
   // NR and the query, all layers, attending to the whole prefix.
   ComputeOp op;
@@ -946,7 +948,10 @@ void Pipeline::MaybeReorder(RequestId request) {
   std::vector<CacheMove> moves;
   for (std::uint32_t old_id : reorderer_->Due(*tree_)) {
     const Segment* old = tree_->FindSegment(old_id);
-    Bytes bytes = 0;
+    // The stored kinds: probe keys exist only for systems that store them (StoreNewPrefix).
+    std::vector<KvKind> kinds = {KvKind::kKey, KvKind::kValue};
+    if (sys.itf) kinds.push_back(KvKind::kProbeKey);
+    TransferOp read = MakeTransfer(TransferKind::kSsdRead, Purpose::kReorder, request, -1);
     // Chunks cached in GPU or CPU memory are repacked in place: the new chunk with the same
     // (kind, layer, index) takes over the old one's tier (its access statistics start over).
     struct Slot {
@@ -956,9 +961,12 @@ void Pipeline::MaybeReorder(RequestId request) {
     std::vector<Slot> cached;
     for (int l = 0; l < model_.layers; ++l) {
       for (std::uint32_t c = 0; c < old->num_chunks; ++c) {
-        for (KvKind kind : {KvKind::kKey, KvKind::kValue, KvKind::kProbeKey}) {
+        for (KvKind kind : kinds) {
           const ChunkId id = ChunkId::Make(old_id, kind, l, c);
-          bytes += ChunkBytes(*old, c, kind);
+          const Bytes b = ChunkBytes(*old, c, kind);
+          read.bytes += b;
+          ++read.ios;
+          if (options_.chunk_detail) read.chunks.push_back({id, b, {}});
           const Tier tier = cache_->Where(id);
           if (tier == Tier::kSsd) continue;
           cached.push_back({id, tier});
@@ -986,11 +994,22 @@ void Pipeline::MaybeReorder(RequestId request) {
     }
     reorderer_->Repacked(old_id, new_id);
     ++totals_.repacked_segments;
-    TransferOp read = MakeTransfer(TransferKind::kSsdRead, Purpose::kReorder, request, -1);
-    read.bytes = bytes;
-    OpId r = SubmitTransfer(rs, std::move(read), {}, true);
+    // Background: read the old chunks, write the repacked ones (their ids name the new segment,
+    // so executors that store real bytes keep the chunk store consistent with the tree).
     TransferOp write = MakeTransfer(TransferKind::kSsdWrite, Purpose::kReorder, request, -1);
-    write.bytes = bytes;
+    for (int l = 0; l < model_.layers; ++l) {
+      for (std::uint32_t c = 0; c < repacked->num_chunks; ++c) {
+        for (KvKind kind : kinds) {
+          const Bytes b = ChunkBytes(*repacked, c, kind);
+          write.bytes += b;
+          ++write.ios;
+          if (options_.chunk_detail) {
+            write.chunks.push_back({ChunkId::Make(new_id, kind, l, c), b, {}});
+          }
+        }
+      }
+    }
+    OpId r = SubmitTransfer(rs, std::move(read), {}, true);
     SubmitTransfer(rs, std::move(write), {r}, true);
     log_->LogDecision({request, -1, "reorder", 0,
                        "segment " + std::to_string(old_id) + " -> " + std::to_string(new_id),

@@ -274,6 +274,41 @@ TEST(PipelineTest, SameInputsSameDecisions) {
   EXPECT_EQ(run(), run());
 }
 
+// Reordering reads the old segment's chunks and writes the repacked segment's chunks, naming
+// them, so an executor that stores real bytes (hw) keeps its chunk store in step with the tree.
+TEST(PipelineTest, ReorderWritesTheRepackedSegmentsChunks) {
+  SystemOptions sys = System("spec");
+  sys.reorder_interval = 1e-9;  // a pass before every request
+  sys.reorder_min_accesses = 1;
+  Harness h(TinyModel(2), sys, [](const Request&, int, int, std::int64_t t) {
+    return float((t * 37) % 11);  // important tokens scattered: repacking changes the order
+  });
+  for (RequestId id = 1; id <= 4; ++id) ASSERT_TRUE(h.pipeline->Run(MakeRequest(id, 64, 8)).ok());
+  h.pipeline->Finish();
+  ASSERT_GT(h.pipeline->totals().repacked_segments, 0);
+  int reorder_writes = 0;
+  for (const auto& s : h.executor.history()) {
+    if (!s.is_transfer || s.transfer.purpose != Purpose::kReorder) continue;
+    ASSERT_FALSE(s.transfer.chunks.empty());
+    Bytes sum = 0;
+    for (const ChunkIo& c : s.transfer.chunks) sum += c.bytes;
+    EXPECT_EQ(sum, s.transfer.bytes);
+    EXPECT_EQ(s.transfer.ios, s.transfer.chunks.size());
+    if (s.transfer.kind == TransferKind::kSsdWrite) ++reorder_writes;
+  }
+  EXPECT_EQ(reorder_writes, h.pipeline->totals().repacked_segments);
+  // The repacked segment is the one the tree serves now.
+  Match m = h.pipeline->tree().Lookup(MakeRequest(9, 64, 8).prefix);
+  bool written = false;
+  for (const auto& s : h.executor.history()) {
+    if (s.is_transfer && s.transfer.purpose == Purpose::kReorder &&
+        s.transfer.kind == TransferKind::kSsdWrite) {
+      written |= s.transfer.chunks.front().chunk.segment() == m.pieces.front().segment;
+    }
+  }
+  EXPECT_TRUE(written);
+}
+
 TEST(PipelineTest, WarmCachesAvoidSsdReads) {
   const ModelSpec model = TinyModel(2);
   SystemOptions sys = System("as");
