@@ -137,7 +137,7 @@ int RunEval(const Args& args) {
       ("tasks", po::value(&tasks_arg), "comma list of piqa, copa, rte, openbookqa (default all; rte/openbookqa skipped when absent)")
       ("data-dir", po::value(&data_dir), "the repository's data/ (piqa, copa)")
       ("shared-data", po::value(&shared_dir), "directory with rte/ and openbookqa/ (../shared/data)")
-      ("items", po::value(&bo.items), "items per task, 0 = all (40)")
+      ("items", po::value(&bo.items), "items per task, 0 = all (20)")
       ("shots", po::value(&bo.shots), "few-shot examples per prefix (3)")
       ("items-per-prefix", po::value(&bo.items_per_prefix), "items sharing one prefix, >= 2 (4)")
       ("max-prefix-tokens", po::value(&bo.max_prefix_tokens), "prefix cap (1024)")

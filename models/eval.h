@@ -85,7 +85,7 @@ struct EvalGroup {
 };
 
 struct EvalBuildOptions {
-  int items = 40;             // items evaluated (<= task size); 0 = all
+  int items = 20;             // items evaluated (<= task size); 0 = all
   int shots = 3;              // examples per prefix
   int items_per_prefix = 4;   // items sharing one prefix (>= 2 so SPI has another query)
   int max_prefix_tokens = 1024;  // examples are dropped from the end beyond this

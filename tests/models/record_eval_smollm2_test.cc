@@ -1,0 +1,107 @@
+// The real SmolLM2-135M through the built binary (label slow; skips without the model file,
+// $KVTIER_MODEL or ~/.cache/kvtier/models/SmolLM2-135M-Instruct.Q4_1.gguf):
+//   a recorded 2-request PIQA trace passes `trace info`/`trace stats` and replays through
+//   `kvtier sim` (exit 0, a complete run row);
+//   `kvtier eval` on 12 PIQA items writes accuracy rows, full-KV accuracy is above chance, and
+//   the accuracy_latency view pairs the ITF row with the spec sim run in the same file.
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <cstdlib>
+#include <iostream>
+
+#include "tests/models/cli_run.h"
+
+namespace kvtier {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::RunKvtier;
+using testing::SourceDir;
+
+std::string ModelPath() {
+  if (const char* p = std::getenv("KVTIER_MODEL"); p != nullptr && *p) return p;
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "") + "/.cache/kvtier/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+std::string Query(const fs::path& db, const std::string& sql) {
+  sqlite3* h = nullptr;
+  std::string out;
+  if (sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(h, sql.c_str(), -1, &st, nullptr) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0) != nullptr) {
+      out = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+    } else {
+      out = std::string("error: ") + sqlite3_errmsg(h);
+    }
+    sqlite3_finalize(st);
+  }
+  sqlite3_close(h);
+  return out;
+}
+
+class SmolLm2RecordEvalTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(ModelPath())) GTEST_SKIP() << "no model at " << ModelPath() << " (scripts/fetch_model.sh)";
+    dir_ = fs::temp_directory_path() /
+           ("kvtier_smol_receval_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+    setenv("KVTIER_CONFIG_DIR", (SourceDir() / "configs").c_str(), 1);
+    setenv("OMP_NUM_THREADS", "2", 0);
+  }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+  fs::path dir_;
+};
+
+TEST_F(SmolLm2RecordEvalTest, RecordedTraceReplaysThroughSimAndEvalJoinsLatency) {
+  const std::string trace = (dir_ / "piqa.kvt").string();
+  auto r = RunKvtier(dir_, "trace record --dataset piqa --prompts 1 --queries 2 --examples-min 2 "
+                           "--examples-max 2 --rate 2 --decode-steps 2 --out " + trace,
+                     SourceDir());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find(": 2 records"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
+  std::cout << r.out;
+
+  r = RunKvtier(dir_, "trace info " + trace);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("model smollm2-135m: 30 layers, 9 heads, 3 kv heads"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("importance explicit"), std::string::npos) << r.out;
+  r = RunKvtier(dir_, "trace stats " + trace);
+  ASSERT_EQ(r.code, 0) << r.err;
+
+  const fs::path db = dir_ / "r.sqlite";
+  const std::string ini = (dir_ / "e.ini").string();
+  std::ofstream(ini) << "[include]\nmodel = smollm2-135m\nhardware = a100-pcie4-nvme\n"
+                        "[experiment]\nname = t\nsystems = spec,as_h2o_lfu\n[workload]\ntrace = "
+                     << trace << "\n[select]\nretention = 0.25\n[itf]\nprobe_heads = 2\n";
+  r = RunKvtier(dir_, "sim --config " + ini + " --out " + db.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM runs WHERE mode = 'sim' AND complete = 1"), "2");
+  EXPECT_EQ(Query(db, "SELECT requests FROM run_summary WHERE system = 'spec'"), "2");
+
+  r = RunKvtier(dir_, "eval --tasks piqa --items 12 --selectors itf,h2o --alphas 0.6 "
+                      "--retentions 0.25 --out " + db.string(), SourceDir());
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::cout << r.out;
+  EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM accuracy"), "3");  // full, itf, h2o
+  EXPECT_EQ(Query(db, "SELECT items FROM accuracy WHERE selector = 'full'"), "12");
+  const double full = std::atof(Query(db, "SELECT accuracy FROM accuracy WHERE selector = 'full'").c_str());
+  std::cout << "PIQA full-KV accuracy on 12 items: " << full << "\n";
+  EXPECT_GT(full, 0.5) << "a 2-choice task: chance is 0.5";
+  EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM runs WHERE mode = 'eval' AND complete = 1"), "1");
+  // accuracy_latency: itf@0.25/0.6 pairs with the spec run, h2o@0.25 with as_h2o_lfu.
+  EXPECT_EQ(Query(db, "SELECT system FROM accuracy_latency WHERE selector = 'itf'"), "spec");
+  EXPECT_EQ(Query(db, "SELECT system FROM accuracy_latency WHERE selector = 'h2o'"), "as_h2o_lfu");
+  EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM accuracy_latency WHERE selector = 'full'"), "0");
+}
+
+}  // namespace
+}  // namespace kvtier
