@@ -18,37 +18,6 @@
 namespace kvtier::hw {
 namespace {
 
-// Parses "key=value key=value" into procedural importance parameters. The same parser as
-// sim/simulate.cc (kept there file-local; duplicated rather than editing sim/).
-ProceduralParams ParseImportance(const std::string& text, const std::string& where) {
-  ProceduralParams p;
-  std::istringstream in(text);
-  std::string item;
-  while (in >> item) {
-    auto eq = item.find('=');
-    if (eq == std::string::npos) throw ConfigError(where + ": expected key=value, got '" + item + "'");
-    std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-    try {
-      if (key == "seed") p.seed = std::stoull(value);
-      else if (key == "head_corr") {
-        p.head_corr.clear();
-        std::istringstream vs(value);
-        std::string v;
-        while (std::getline(vs, v, ',')) p.head_corr.push_back(std::stod(v));
-      } else if (key == "layer_corr") p.layer_corr = std::stod(value);
-      else if (key == "query_dependence") p.query_dependence = std::stod(value);
-      else if (key == "sink_tokens") p.sink_tokens = std::stoi(value);
-      else if (key == "sink_boost") p.sink_boost = std::stod(value);
-      else if (key == "tail") p.tail = std::stod(value);
-      else throw ConfigError(where + ": unknown importance parameter '" + key + "'");
-    } catch (const std::logic_error&) {
-      throw ConfigError(where + ": cannot parse '" + item + "'");
-    }
-  }
-  p.Validate(where);
-  return p;
-}
-
 std::string FsName(long type) {
   switch (static_cast<unsigned long>(type)) {
     case 0xEF53: return "ext4";
@@ -123,7 +92,7 @@ HwRunResult RunHardware(const Config& config, const std::string& trace_path,
   }
   std::optional<ProceduralParams> none_model;
   if (!opts.importance.empty()) {
-    none_model = ParseImportance(opts.importance, config.Where("workload.importance"));
+    none_model = ProceduralParams::Parse(opts.importance, config.Where("workload.importance"));
   }
 
   // The executor first: an unusable store (no O_DIRECT) fails before the run row exists.

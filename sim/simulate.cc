@@ -13,40 +13,6 @@
 #include "traces/trace_io.h"
 
 namespace kvtier::sim {
-namespace {
-
-// Parses "key=value key=value" into procedural importance parameters.
-ProceduralParams ParseImportance(const std::string& text, const std::string& where) {
-  ProceduralParams p;
-  std::istringstream in(text);
-  std::string item;
-  while (in >> item) {
-    auto eq = item.find('=');
-    if (eq == std::string::npos) throw ConfigError(where + ": expected key=value, got '" + item + "'");
-    std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-    try {
-      if (key == "seed") p.seed = std::stoull(value);
-      else if (key == "head_corr") {
-        p.head_corr.clear();
-        std::istringstream vs(value);
-        std::string v;
-        while (std::getline(vs, v, ',')) p.head_corr.push_back(std::stod(v));
-      } else if (key == "layer_corr") p.layer_corr = std::stod(value);
-      else if (key == "query_dependence") p.query_dependence = std::stod(value);
-      else if (key == "sink_tokens") p.sink_tokens = std::stoi(value);
-      else if (key == "sink_boost") p.sink_boost = std::stod(value);
-      else if (key == "tail") p.tail = std::stod(value);
-      else throw ConfigError(where + ": unknown importance parameter '" + key + "' (seed, "
-                             "head_corr, layer_corr, query_dependence, sink_tokens, sink_boost, tail)");
-    } catch (const std::logic_error&) {
-      throw ConfigError(where + ": cannot parse '" + item + "'");
-    }
-  }
-  p.Validate(where);
-  return p;
-}
-
-}  // namespace
 
 SimulationResult RunSimulation(const Config& config, const std::string& trace_path,
                                const std::string& out_path, const ProgressFn& progress) {
@@ -73,7 +39,7 @@ SimulationResult RunSimulation(const Config& config, const std::string& trace_pa
   }
   std::optional<ProceduralParams> none_model;
   if (!opts.importance.empty()) {
-    none_model = ParseImportance(opts.importance, config.Where("workload.importance"));
+    none_model = ProceduralParams::Parse(opts.importance, config.Where("workload.importance"));
   }
 
   ResultsDb db(out_path);

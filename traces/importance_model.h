@@ -44,6 +44,10 @@ struct ProceduralParams {
   void Validate(const std::string& where) const;
   // "seed=1 head_corr=0.8,0.6 layer_corr=0.9 ..." (one line, the INI keys of FORMAT.md).
   std::string ToString() const;
+  // Parses the ToString() form ("seed=1 head_corr=0.8,0.6 layer_corr=0.9 ..."; missing keys
+  // keep their defaults), as experiments name an importance model in `workload.importance`.
+  // Throws ConfigError prefixed by `where` for an unknown key or an unparsable value.
+  static ProceduralParams Parse(const std::string& text, const std::string& where);
 };
 
 // 32-bit key per prefix token: the chain hash of the prefix symbols up to the token's symbol and

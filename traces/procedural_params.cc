@@ -1,0 +1,50 @@
+// ProceduralParams::Parse: the text form of an importance model, as configs write it.
+#include <sstream>
+#include <stdexcept>
+
+#include "core/errors.h"
+#include "traces/importance_model.h"
+
+namespace kvtier {
+
+ProceduralParams ProceduralParams::Parse(const std::string& text, const std::string& where) {
+  ProceduralParams p;
+  std::istringstream in(text);
+  std::string item;
+  while (in >> item) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) {
+      throw ConfigError(where + ": expected key=value, got '" + item + "'");
+    }
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    try {
+      if (key == "seed") {
+        p.seed = std::stoull(value);
+      } else if (key == "head_corr") {
+        p.head_corr.clear();
+        std::istringstream vs(value);
+        for (std::string v; std::getline(vs, v, ',');) p.head_corr.push_back(std::stod(v));
+      } else if (key == "layer_corr") {
+        p.layer_corr = std::stod(value);
+      } else if (key == "query_dependence") {
+        p.query_dependence = std::stod(value);
+      } else if (key == "sink_tokens") {
+        p.sink_tokens = std::stoi(value);
+      } else if (key == "sink_boost") {
+        p.sink_boost = std::stod(value);
+      } else if (key == "tail") {
+        p.tail = std::stod(value);
+      } else {
+        throw ConfigError(where + ": unknown importance parameter '" + key +
+                          "' (seed, head_corr, layer_corr, query_dependence, sink_tokens, "
+                          "sink_boost, tail)");
+      }
+    } catch (const std::logic_error&) {  // stod/stoi: invalid_argument, out_of_range
+      throw ConfigError(where + ": cannot parse '" + item + "'");
+    }
+  }
+  p.Validate(where);
+  return p;
+}
+
+}  // namespace kvtier
