@@ -92,9 +92,15 @@ fig23() {
 }
 cake() {
   local t="$E/cake-32k.kvt"
-  [[ -s "$t" ]] || "$k" trace gen --config configs/workloads/cake-32k.ini --out "$t" --quiet
+  if [[ ! -s "$t" || configs/workloads/cake-32k.ini -nt "$t" ]]; then
+    "$k" trace gen --config configs/workloads/cake-32k.ini --out "$t" --quiet
+  fi
   "$k" sweep --config configs/experiments/cake.ini --workload.trace="$t" \
     --set ssd.read_bw=2Gbps,5Gbps,10Gbps --out "$R/cake.sqlite" -j "$JOBS"
+  sqlite3 -header -column "$R/cake.sqlite" "SELECT s.system, substr(r.config,
+    instr(r.config, 'ssd.read_bw = ') + 14, 7) AS bw, round(s.mean_ttft_s, 2) AS ttft_s,
+    round(s.mean_io_stall_s, 2) AS io_stall_s FROM run_summary s JOIN runs r USING (run_id)
+    ORDER BY bw, s.system"
 }
 # Sensitivity of the fig16 comparison (OPT-13B): slow compute (FlexGen-like), long queries,
 # cheap PCIe copies, no KV reordering.
