@@ -637,7 +637,6 @@ Status Pipeline::RunLayers(RequestState& rs) {
     lr.prefetched_chunks = rs.current.size;
     std::vector<OpId> gpu_ops;
     std::vector<OpId> deps;  // what the layer's compute waits for
-    std::vector<ChunkId> used_chunks;
     Selection sel;
     // Without cross-layer overlap a layer's I/O starts only once the previous layer is done.
     std::vector<OpId> io_after;
@@ -648,7 +647,6 @@ Status Pipeline::RunLayers(RequestState& rs) {
       IssueLoads(rs, l, kind, s, purpose, io_after, &g, /*demand=*/true);
       submit_group(g, purpose, l, io_after, true);
       deps.insert(deps.end(), g.terminal.begin(), g.terminal.end());
-      used_chunks.insert(used_chunks.end(), g.needed.begin(), g.needed.end());
       lr.loaded_chunks += g.cpu_hits + g.ssd_reads;
       lr.prefetch_used_chunks += g.prefetch_used;
       return g.terminal;
@@ -757,7 +755,6 @@ Status Pipeline::RunLayers(RequestState& rs) {
     rs.layer_compute[std::size_t(l)] = prev_compute;
     rs.layer_gpu_ops[std::size_t(l)] = gpu_ops;
     rs.layers.push_back(lr);
-    (void)used_chunks;
   }
   return Status::OK();
 }

@@ -3,6 +3,8 @@
 // tree (KVTIER_SOURCE_DIR, set by kvtier_add_test) resolves include names.
 
 #include <gtest/gtest.h>
+
+#include "tests/cli/cli_fixture.h"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,23 +20,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string Slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-fs::path SourceDir() {
-  const char* s = std::getenv("KVTIER_SOURCE_DIR");
-  return s ? fs::path(s) : fs::path(KVTIER_SOURCE_DIR_FALLBACK);
-}
+using Result = kvtier::testing::CliResult;
+using kvtier::testing::SourceDir;
+using CliTest = kvtier::testing::CliFixture;
 
 std::vector<std::string> Names(const std::string& kind) {
   std::vector<std::string> names;
@@ -44,38 +32,6 @@ std::vector<std::string> Names(const std::string& kind) {
   std::sort(names.begin(), names.end());
   return names;
 }
-
-class CliTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("kvtier_cli_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-    setenv("KVTIER_CONFIG_DIR", (SourceDir() / "configs").c_str(), 1);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string Write(const std::string& name, const std::string& text) {
-    fs::path p = dir_ / name;
-    std::ofstream(p) << text;
-    return p.string();
-  }
-  // Runs `kvtier <args>`; args are passed through the shell as written.
-  Result Run(const std::string& args) {
-    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
-    const std::string cmd = std::string("'") + KVTIER_BIN + "' " + args + " >'" + out.string() +
-                            "' 2>'" + err.string() + "'";
-    const int status = std::system(cmd.c_str());
-    Result r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = Slurp(out);
-    r.err = Slurp(err);
-    return r;
-  }
-
-  fs::path dir_;
-};
 
 constexpr char kIncludes[] =
     "[include]\nmodel = opt-13b\nhardware = a100-pcie4-nvme\nsystem = spec\n";

@@ -3,6 +3,8 @@
 // resumable sweeps, and a killed run leaving a consistent file marked incomplete.
 
 #include <gtest/gtest.h>
+
+#include "tests/cli/cli_fixture.h"
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
@@ -20,22 +22,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string Slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-fs::path SourceDir() {
-  const char* s = std::getenv("KVTIER_SOURCE_DIR");
-  return s ? fs::path(s) : fs::path(KVTIER_SOURCE_DIR_FALLBACK);
-}
+using Result = kvtier::testing::CliResult;
+using kvtier::testing::SourceDir;
 
 // One query's first column as text ("" if no row).
 std::string Query(const fs::path& db, const std::string& sql) {
@@ -53,30 +41,8 @@ std::string Query(const fs::path& db, const std::string& sql) {
   return out;
 }
 
-class SimCliTest : public ::testing::Test {
+class SimCliTest : public kvtier::testing::CliFixture {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("kvtier_sim_cli_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    setenv("KVTIER_CONFIG_DIR", (SourceDir() / "configs").c_str(), 1);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  Result Run(const std::string& args) {
-    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
-    const std::string cmd = std::string("'") + KVTIER_BIN + "' " + args + " >'" + out.string() +
-                            "' 2>'" + err.string() + "'";
-    const int status = std::system(cmd.c_str());
-    Result r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = Slurp(out);
-    r.err = Slurp(err);
-    return r;
-  }
-
   // A small few-shot trace for OPT-13B: short prefixes so a system runs in well under a second.
   std::string Trace(int requests = 12) {
     const std::string path = (dir_ / "t.kvt").string();
@@ -96,7 +62,6 @@ class SimCliTest : public ::testing::Test {
     return path;
   }
 
-  fs::path dir_;
 };
 
 TEST_F(SimCliTest, ComparesSystemsAndWritesCompleteRuns) {
