@@ -76,6 +76,9 @@ bool ParseSystemsArgs(const std::vector<std::string>& args, const char* command,
     out->runs.emplace_back(system, std::move(c));
   }
   out->trace = ResolveTrace(base, out->config_path);
+  for (auto& run : out->runs) {  // the resolved path, as RunSystems expects
+    run.second.Set("workload.trace", out->trace, run.second.Get("workload.trace").origin);
+  }
   out->progress_s = base.GetDuration("log.progress");
   { ResultsDb check(out->out); }  // creates the schema; an unwritable path fails here (exit 2)
   return true;

@@ -62,8 +62,9 @@ std::string ResolveTrace(const Config& config, const std::string& experiment_pat
   return p.string();
 }
 
-int RunChild(const Config& config, const std::string& trace, const std::string& out,
-             const std::string& label, double progress_s, int result_fd) {
+int RunChild(const Config& config, const std::string& out, const std::string& label,
+             double progress_s, int result_fd) {
+  const std::string trace = config.GetString("workload.trace");  // resolved by the caller
   auto last = std::chrono::steady_clock::now();
   auto progress = [&](long long done, long long total, double sim_s) {
     auto now = std::chrono::steady_clock::now();
@@ -95,7 +96,7 @@ int RunChild(const Config& config, const std::string& trace, const std::string& 
 }
 
 std::vector<long long> RunSystems(const std::vector<std::pair<std::string, Config>>& runs,
-                                  const std::string& trace, const std::string& out, int jobs,
+                                  const std::string& out, int jobs,
                                   double progress_s, int* worst_exit, const DoneFn& on_done) {
   std::vector<long long> run_ids;
   std::map<pid_t, int> children;  // pid -> read end of its result pipe
@@ -126,7 +127,7 @@ std::vector<long long> RunSystems(const std::vector<std::pair<std::string, Confi
       if (pid < 0) throw std::runtime_error("fork failed");
       if (pid == 0) {
         close(fds[0]);
-        int code = RunChild(runs[next].second, trace, out, runs[next].first, progress_s, fds[1]);
+        int code = RunChild(runs[next].second, out, runs[next].first, progress_s, fds[1]);
         std::fflush(nullptr);
         _exit(code);
       }
@@ -238,16 +239,17 @@ int RunSim(const Args& args) {
     with_system.push_back("--include.system=" + system);
     Config c = Config::Load(config_path, with_system);
     BuildOptions(c);
+    c.Set("workload.trace", ResolveTrace(c, config_path), c.Get("workload.trace").origin);
     runs.emplace_back(system, std::move(c));
   }
-  const std::string trace = ResolveTrace(base, config_path);
+  const std::string trace = runs.front().second.GetString("workload.trace");
   { ResultsDb check(out); }  // creates the schema; an unwritable path fails here (exit 2)
 
   std::fprintf(stderr, "kvtier sim: %zu system(s) on %s, trace %s -> %s\n", runs.size(),
                base.GetString("model.name").c_str(), trace.c_str(), out.c_str());
   int worst = 0;
   std::vector<long long> ids =
-      RunSystems(runs, trace, out, jobs, base.GetDuration("log.progress"), &worst, nullptr);
+      RunSystems(runs, out, jobs, base.GetDuration("log.progress"), &worst, nullptr);
   PrintComparison(out, ids);
   return worst;
 }

@@ -9,6 +9,7 @@
 
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <map>
 #include <cstdio>
 #include <sstream>
 
@@ -78,14 +79,13 @@ int RunSweep(const Args& args) {
   if (systems.empty()) {
     throw ConfigError(config_path + ": no system: pass --systems or set experiment.systems");
   }
-  const std::string trace = ResolveTrace(base, config_path);
-  const std::string trace_sha = Sha256File(trace);
 
   // Expand the grid; validate every point before running any.
   std::vector<std::pair<std::string, Config>> todo;
   std::size_t total = 0, skipped = 0;
   ResultsDb db(out);
   std::vector<std::size_t> index(axes.size(), 0);
+  std::map<std::string, std::string> trace_sha;  // trace path -> SHA-256 of its bytes
   while (true) {
     for (const std::string& system : systems) {
       std::vector<std::string> point = overrides;
@@ -98,8 +98,13 @@ int RunSweep(const Args& args) {
       point.push_back("--log.progress=1h");
       Config c = Config::Load(config_path, point);
       BuildOptions(c);
+      // Each point resolves its own trace (workload.trace may be a grid axis).
+      const std::string trace = ResolveTrace(c, config_path);
+      c.Set("workload.trace", trace, c.Get("workload.trace").origin);
+      auto known = trace_sha.find(trace);
+      if (known == trace_sha.end()) known = trace_sha.emplace(trace, Sha256File(trace)).first;
       ++total;
-      const std::string sha = Sha256(c.Dump(false) + trace_sha);
+      const std::string sha = Sha256(c.Dump(false) + known->second);
       if (db.HasCompleteRun(sha, "sim")) {
         ++skipped;
         continue;
@@ -117,7 +122,7 @@ int RunSweep(const Args& args) {
   std::size_t done = 0;
   int worst = 0;
   std::vector<long long> ids =
-      RunSystems(todo, trace, out, jobs, 3600, &worst, [&](const std::string& label, int code) {
+      RunSystems(todo, out, jobs, 3600, &worst, [&](const std::string& label, int code) {
         ++done;
         const double el =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

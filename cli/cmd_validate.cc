@@ -56,7 +56,7 @@ int RunValidate(const Args& args) {
   const std::vector<long long> hw_ids = RunHwSystems(a.runs, a.trace, a.out, a.progress_s, &worst_hw);
   std::fprintf(stderr, "sim:\n");
   const std::vector<long long> sim_ids =
-      RunSystems(a.runs, a.trace, a.out, 1, a.progress_s, &worst_sim, {});
+      RunSystems(a.runs, a.out, 1, a.progress_s, &worst_sim, {});
   std::vector<long long> all = hw_ids;
   all.insert(all.end(), sim_ids.begin(), sim_ids.end());
   PrintComparison(a.out, all);

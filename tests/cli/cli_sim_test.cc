@@ -129,6 +129,23 @@ TEST_F(SimCliTest, SweepRunsTheGridAndResumes) {
   EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM runs WHERE complete = 1"), "6");
 }
 
+// Regression: `--set workload.trace=a,b` was accepted but every point ran the INI's trace.
+TEST_F(SimCliTest, SweepCanVaryTheTrace) {
+  const std::string a = Trace(4);
+  const std::string b = (dir_ / "b.kvt").string();
+  fs::copy_file(a, (dir_ / "a.kvt"));
+  ASSERT_EQ(Run("trace gen -o " + b + " --requests 5 --rate 20 --prompts 2 --examples_min 2 "
+                "--examples_max 2 --example_tokens 100 --example_tokens_sd 10 "
+                "--calibration_tokens 256 --quiet").code, 0);
+  const std::string db = (dir_ / "v.sqlite").string();
+  Result r = Run("sweep --config " + Experiment(a) + " --systems as --set workload.trace=" +
+                 (dir_ / "a.kvt").string() + "," + b + " --out " + db);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(Query(db, "SELECT COUNT(DISTINCT trace) FROM runs WHERE complete = 1"), "2");
+  EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM requests q JOIN runs USING (run_id) "
+                      "WHERE runs.trace = '" + b + "'"), "5");
+}
+
 TEST_F(SimCliTest, KilledRunLeavesAConsistentIncompleteFile) {
   const std::string e = Experiment(Trace(400));
   const fs::path db = dir_ / "k.sqlite";
