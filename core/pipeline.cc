@@ -761,12 +761,35 @@ Status Pipeline::RunLayers(RequestState& rs) {
 
 // ---- Cake ---------------------------------------------------------------------------------------
 
+void Pipeline::AbandonForeground(RequestState& rs, const std::vector<OpId>& ops) {
+  // The request no longer waits for these transfers (and their dependencies): they finish in
+  // the background and are logged then.
+  for (OpId op : ops) {
+    for (auto it = rs.ops.begin(); it != rs.ops.end(); ++it) {
+      if (it->op == op && it->is_transfer) {
+        background_.push_back({op, it->transfer});
+        rs.ops.erase(it);
+        break;
+      }
+    }
+  }
+  // Their upstream reads: any foreground transfer not yet done that only they depended on is
+  // moved too, so the request's end does not wait for abandoned work.
+  for (auto it = rs.ops.begin(); it != rs.ops.end();) {
+    if (it->is_transfer && it->transfer.purpose == Purpose::kCakeLoad && !executor_->Done(it->op)) {
+      background_.push_back({it->op, it->transfer});
+      it = rs.ops.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 Status Pipeline::RunCake(RequestState& rs) {
   const SystemOptions& sys = options_.system;
   const std::int64_t C = sys.cake_chunk_tokens;
   const std::int64_t m = (rs.n + C - 1) / C;
   std::int64_t compute_next = 0;  // chunks [0, compute_next) computed or being computed
-  std::int64_t io_low = m;        // chunks [io_low, m) loaded or being loaded
   OpId comp = kNoOp;
   std::vector<OpId> loading;
   OpId last_compute = kNoOp;
@@ -820,8 +843,21 @@ Status Pipeline::RunCake(RequestState& rs) {
     return terminal;
   };
 
+  // Cake, Appendix A: the GPU computes chunk compute_ptr unless it is already in memory (a
+  // chunk whose load is still in flight is computed, and that load is abandoned); I/O loads
+  // chunks back to front until it reaches a chunk the GPU has taken.
+  std::int64_t loaded_low = m;  // chunks [loaded_low, m) are loaded
+  std::int64_t loading_chunk = -1;
   while (true) {
-    if (comp == kNoOp && compute_next < io_low) {
+    if (comp == kNoOp && compute_next < loaded_low) {
+      if (compute_next == loading_chunk) {
+        AbandonForeground(rs, loading);
+        loading.clear();
+        loading_chunk = -1;
+        --loaded_chunks;
+        log_->LogDecision({rs.req->id, -1, "cake_abandon", 0,
+                           "chunk " + std::to_string(compute_next), /*timing_dependent=*/true});
+      }
       ComputeOp op;
       op.kind = ComputeKind::kChunkPrefill;
       op.new_tokens = std::min(rs.n, (compute_next + 1) * C) - compute_next * C;
@@ -831,14 +867,18 @@ Status Pipeline::RunCake(RequestState& rs) {
       ++compute_next;
       ++computed_chunks;
     }
-    if (loading.empty() && io_low - 1 >= compute_next) {
-      --io_low;
+    if (loading_chunk < 0 && loaded_low - 1 >= compute_next) {
+      loading_chunk = loaded_low - 1;
       ++loaded_chunks;
-      loading = load_chunk(io_low);
+      loading = load_chunk(loading_chunk);
       // Where Cake's two sides meet depends on timing: these decisions are timing-dependent.
-      log_->LogDecision({rs.req->id, -1, "cake_load", 0, "chunk " + std::to_string(io_low),
-                         /*timing_dependent=*/true});
-      if (loading.empty()) continue;  // everything was on the GPU already
+      log_->LogDecision({rs.req->id, -1, "cake_load", 0,
+                         "chunk " + std::to_string(loading_chunk), /*timing_dependent=*/true});
+      if (loading.empty()) {  // everything was on the GPU already
+        loaded_low = loading_chunk;
+        loading_chunk = -1;
+        continue;
+      }
     }
     if (comp == kNoOp && loading.empty()) break;
     std::vector<OpId> waiting;
@@ -849,6 +889,10 @@ Status Pipeline::RunCake(RequestState& rs) {
       comp = kNoOp;
     } else {
       loading.erase(std::find(loading.begin(), loading.end(), waiting[idx]));
+      if (loading.empty()) {
+        loaded_low = loading_chunk;
+        loading_chunk = -1;
+      }
     }
   }
   log_->LogDecision({rs.req->id, -1, "cake_meet", 0,

@@ -104,6 +104,7 @@ class Pipeline {
   Status RunRecompute(RequestState& rs);
   Status RunLayers(RequestState& rs);
   Status RunCake(RequestState& rs);
+  void AbandonForeground(RequestState& rs, const std::vector<OpId>& ops);
   void BuildChunkMap(RequestState& rs);
   Selection SelectAll(const RequestState& rs) const;
   void IssueLoads(RequestState& rs, int layer, KvKind kind, const Selection& sel,

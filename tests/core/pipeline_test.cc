@@ -229,9 +229,11 @@ TEST(PipelineTest, ImpressDoesNotOverlapIoAcrossLayers) {
   }
 }
 
-// Cake: compute of chunk i costs i+1 units (later chunks attend to more), loading any chunk
-// costs 3 units. Compute takes chunks 0..3 (1+2+3+4 = 10 units) while I/O loads 7, 6, 5, 4
-// (12 units): they meet between chunks 3 and 4.
+// Cake (Appendix A): compute of chunk i costs i+1 units (later chunks attend to more), loading
+// any chunk costs 3 units. I/O loads 7, 6, 5 (done at 3, 6, 9) and starts 4 at 9; compute does
+// 0..3 by 10, and chunk 4 is not in memory yet, so the GPU computes it (10..15) and its load is
+// abandoned: they meet after computing 5 and loading 3 of 8 chunks, at 15 units (compute-only
+// would take 1+2+...+8 = 36, load-only 8 * 3 = 24).
 TEST(PipelineTest, CakeMeetsWhereComputeAndLoadRatesSay) {
   ModelSpec model = TinyModel(2);
   const std::int64_t C = 16;
@@ -257,9 +259,8 @@ TEST(PipelineTest, CakeMeetsWhereComputeAndLoadRatesSay) {
   for (const auto& d : h.log.decisions) {
     if (d.request_id == 2 && d.kind == "cake_meet") meet = d.detail;
   }
-  EXPECT_EQ(meet, "computed 4 loaded 4 of 8");
-  EXPECT_NEAR(h.log.requests[1].ttft_s, 12.0, 1e-9);
-  // Compute-only would take 1+2+...+8 = 36 units; load-only 8 * 3 = 24.
+  EXPECT_EQ(meet, "computed 5 loaded 3 of 8");
+  EXPECT_NEAR(h.log.requests[1].ttft_s, 15.0, 1e-9);
 }
 
 TEST(PipelineTest, SameInputsSameDecisions) {
