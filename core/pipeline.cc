@@ -539,8 +539,13 @@ Status Pipeline::RunLayers(RequestState& rs) {
   std::vector<float> scores;
   OpId prev_compute = kNoOp;
 
+  // `after` orders the group's CPU->GPU copies; `after_read`, when given, orders its SSD read
+  // instead (so a prefetch read can follow the current layer's demand reads on the SSD while
+  // its copies follow the demand copies on PCIe). The group's SSD read op is left in *read_op.
   auto submit_group = [&](LoadGroup& g, Purpose purpose, int layer, std::vector<OpId> after,
-                          bool background_cache_moves) {
+                          bool background_cache_moves,
+                          const std::vector<OpId>* after_read = nullptr,
+                          OpId* read_op = nullptr) {
     g.terminal.clear();
     OpId read = kNoOp, gather = kNoOp;
     if (g.ssd_read.bytes > 0) {
@@ -549,8 +554,9 @@ Status Pipeline::RunLayers(RequestState& rs) {
       op.purpose = purpose;
       op.request = rs.req->id;
       op.layer = layer;
-      read = SubmitTransfer(rs, std::move(op), after, false);
+      read = SubmitTransfer(rs, std::move(op), after_read ? *after_read : after, false);
     }
+    if (read_op != nullptr) *read_op = read;
     if (g.gather.bytes > 0) {
       TransferOp op = std::move(g.gather);
       op.kind = TransferKind::kCpuGather;
@@ -605,13 +611,16 @@ Status Pipeline::RunLayers(RequestState& rs) {
   // loads) are done: demand has priority over speculation, as the io engine's classes give it
   // on hardware; a fluid simulator would otherwise let them share the SSD and PCIe equally.
   auto prefetch = [&](int layer, KvKind kind, const Selection& sel, Purpose purpose,
-                      const std::vector<OpId>& after) {
+                      const std::vector<OpId>& after, std::vector<OpId>* reads) {
     LoadGroup g;
     IssueLoads(rs, layer, kind, sel, purpose, {}, &g, /*demand=*/false);
     // Which terminal op brings each source's chunks.
     OpId from_ssd_op = kNoOp, from_cpu_op = kNoOp;
     const bool has_ssd = g.h2d_from_ssd.bytes > 0, has_cpu = g.h2d_from_cpu.bytes > 0;
-    submit_group(g, purpose, layer, after, true);
+    OpId read = kNoOp;
+    const std::vector<OpId> reads_before = *reads;
+    submit_group(g, purpose, layer, after, true, &reads_before, &read);
+    if (read != kNoOp) reads->push_back(read);  // later prefetches queue behind it on the SSD
     const std::vector<OpId> terminal = g.terminal;
     std::size_t next = 0;
     if (has_ssd) from_ssd_op = g.terminal[next++];
@@ -642,10 +651,13 @@ Status Pipeline::RunLayers(RequestState& rs) {
     std::vector<OpId> io_after;
     if (!overlap) io_after.push_back(prev_compute);
 
+    std::vector<OpId> ssd_reads;  // this layer's SSD reads, in submission order
     auto demand = [&](KvKind kind, const Selection& s, Purpose purpose) {
       LoadGroup g;
       IssueLoads(rs, l, kind, s, purpose, io_after, &g, /*demand=*/true);
-      submit_group(g, purpose, l, io_after, true);
+      OpId read = kNoOp;
+      submit_group(g, purpose, l, io_after, true, nullptr, &read);
+      if (read != kNoOp) ssd_reads.push_back(read);
       deps.insert(deps.end(), g.terminal.begin(), g.terminal.end());
       lr.loaded_chunks += g.cpu_hits + g.ssd_reads;
       lr.prefetch_used_chunks += g.prefetch_used;
@@ -715,18 +727,20 @@ Status Pipeline::RunLayers(RequestState& rs) {
       if (sys.itf) {
         // Probe keys first: they gate layer l+1's ITF decision (io classes probe > prefetch).
         std::vector<OpId> probes_done =
-            prefetch(l + 1, KvKind::kProbeKey, SelectAll(rs), Purpose::kProbe, demand_done);
+            prefetch(l + 1, KvKind::kProbeKey, SelectAll(rs), Purpose::kProbe, demand_done,
+                     &ssd_reads);
         probes_done.insert(probes_done.end(), demand_done.begin(), demand_done.end());
         Selection predicted;
         predicted.kind = Selection::Kind::kShared;
         predicted.shared = PredictNextLayer(sel.shared, sel.per_head);
-        prefetch(l + 1, KvKind::kKey, predicted, Purpose::kPrefetch, probes_done);
-        prefetch(l + 1, KvKind::kValue, predicted, Purpose::kPrefetch, probes_done);
+        prefetch(l + 1, KvKind::kKey, predicted, Purpose::kPrefetch, probes_done, &ssd_reads);
+        prefetch(l + 1, KvKind::kValue, predicted, Purpose::kPrefetch, probes_done, &ssd_reads);
       } else if (sys.select == SelectPolicy::kH2o) {
-        prefetch(l + 1, KvKind::kKey, SelectAll(rs), Purpose::kPrefetch, demand_done);
+        prefetch(l + 1, KvKind::kKey, SelectAll(rs), Purpose::kPrefetch, demand_done, &ssd_reads);
       } else {
-        prefetch(l + 1, KvKind::kKey, SelectAll(rs), Purpose::kPrefetch, demand_done);
-        prefetch(l + 1, KvKind::kValue, SelectAll(rs), Purpose::kPrefetch, demand_done);
+        prefetch(l + 1, KvKind::kKey, SelectAll(rs), Purpose::kPrefetch, demand_done, &ssd_reads);
+        prefetch(l + 1, KvKind::kValue, SelectAll(rs), Purpose::kPrefetch, demand_done,
+                 &ssd_reads);
       }
     }
 
