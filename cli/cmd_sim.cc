@@ -164,6 +164,11 @@ void PrintComparison(const std::string& out, const std::vector<long long>& run_i
     std::snprintf(b, sizeof b, "%.1fms", s * 1e3);
     return std::string(b);
   };
+  auto mib = [](double bytes) {  // one unit for the whole column
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1fMiB", bytes / (1024.0 * 1024.0));
+    return std::string(b);
+  };
   auto pct = [](sqlite3_stmt* s, int col) {
     if (sqlite3_column_type(s, col) == SQLITE_NULL) return std::string("-");
     char b[32];
@@ -177,7 +182,7 @@ void PrintComparison(const std::string& out, const std::vector<long long>& run_i
                 ms(sqlite3_column_double(st, 3)).c_str(), ms(sqlite3_column_double(st, 4)).c_str(),
                 ms(sqlite3_column_double(st, 5)).c_str(), ms(sqlite3_column_double(st, 6)).c_str(),
                 pct(st, 7).c_str(), pct(st, 8).c_str(),
-                FormatBytes(Bytes(sqlite3_column_double(st, 9))).c_str(), pct(st, 10).c_str());
+                mib(sqlite3_column_double(st, 9)).c_str(), pct(st, 10).c_str());
   }
   sqlite3_finalize(st);
   sqlite3_close(db);
