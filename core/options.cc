@@ -97,6 +97,10 @@ SystemOptions BuildSystemOptions(const Config& c, const ModelSpec& model) {
   s.reorder_interval = c.GetDuration("reorder.interval");
   s.reorder_min_accesses = static_cast<int>(c.GetInt("reorder.min_accesses"));
   s.reorder_history_weight = c.GetDouble("reorder.history_weight");
+  s.reorder_min_gain = c.GetDouble("reorder.min_gain");
+  if (!(s.reorder_min_gain >= 0 && s.reorder_min_gain <= 1)) {
+    throw ConfigError(c.Where("reorder.min_gain") + ": must be in [0, 1]");
+  }
   s.cache_policy = c.GetString("cache.policy");
   s.cache.gpu_capacity = c.GetBytes("cache.gpu_capacity");
   s.cache.cpu_capacity = c.GetBytes("cache.cpu_capacity");

@@ -1,6 +1,7 @@
 #include "core/reorderer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "core/check.h"
@@ -8,8 +9,10 @@
 
 namespace kvtier {
 
-Reorderer::Reorderer(double history_weight, int min_accesses)
-    : history_weight_(history_weight), min_accesses_(min_accesses) {}
+Reorderer::Reorderer(double history_weight, int min_accesses, int chunk_tokens, double retention,
+                     double min_gain)
+    : history_weight_(history_weight), min_accesses_(min_accesses), chunk_tokens_(chunk_tokens),
+      retention_(retention), min_gain_(min_gain) {}
 
 void Reorderer::Record(std::uint32_t segment, std::int64_t segment_tokens, std::int64_t offset,
                        std::span<const float> importance) {
@@ -31,25 +34,32 @@ void Reorderer::Record(std::uint32_t segment, std::int64_t segment_tokens, std::
 
 std::vector<std::uint32_t> Reorderer::Due(const RadixTree& tree) const {
   std::vector<std::uint32_t> due;
+  std::vector<std::int64_t> order;
+  std::vector<std::uint32_t> touched;
   for (const auto& [id, s] : stats_) {
     if (s.accesses < min_accesses_) continue;
     const Segment* seg = tree.FindSegment(id);
     if (seg == nullptr) continue;
-    // Worth repacking only if some node range's importance order differs from its stored order.
-    bool differs = false;
+    // Chunks the important tokens (top retention share of each node range, by mean importance)
+    // touch in the current layout, against a repack that packs them first (SPEC §IV-D1).
+    std::int64_t now = 0, packed = 0;
     for (const auto& [begin, end] : tree.NodeRanges(id)) {
-      std::vector<std::int64_t> by_stored(static_cast<std::size_t>(end - begin));
-      std::iota(by_stored.begin(), by_stored.end(), begin);
-      std::sort(by_stored.begin(), by_stored.end(), [&](std::int64_t a, std::int64_t b) {
-        return seg->StoredPosition(a) < seg->StoredPosition(b);
+      order.resize(static_cast<std::size_t>(end - begin));
+      std::iota(order.begin(), order.end(), begin);
+      std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+        return s.mean[static_cast<std::size_t>(a)] > s.mean[static_cast<std::size_t>(b)];
       });
-      for (std::size_t i = 1; i < by_stored.size() && !differs; ++i) {
-        differs = s.mean[static_cast<std::size_t>(by_stored[i])] >
-                  s.mean[static_cast<std::size_t>(by_stored[i - 1])];
-      }
-      if (differs) break;
+      const std::int64_t k = std::max<std::int64_t>(
+          1, static_cast<std::int64_t>(std::ceil(retention_ * double(end - begin))));
+      touched.clear();
+      for (std::int64_t i = 0; i < k; ++i) touched.push_back(seg->ChunkOf(order[std::size_t(i)], chunk_tokens_));
+      std::sort(touched.begin(), touched.end());
+      now += std::unique(touched.begin(), touched.end()) - touched.begin();
+      packed += (k + chunk_tokens_ - 1) / chunk_tokens_;
     }
-    if (differs) due.push_back(id);
+    if (now == 0) continue;
+    const double gain = 1.0 - double(packed) / double(now);
+    if (packed < now && gain >= min_gain_) due.push_back(id);
   }
   std::sort(due.begin(), due.end());
   return due;
