@@ -43,6 +43,8 @@ constexpr KeySpec kKeys[] = {
     {"ssd.latency", K::kDuration, "80us", nullptr, "per-I/O latency at queue depth 1"},
     {"ssd.queue_depth", K::kInt, "32", nullptr, "I/Os the pipeline keeps in flight"},
     {"ssd.capacity", K::kBytes, "2TB", nullptr, "SSD capacity for prefix KV"},
+    {"ssd.background_share", K::kDouble, "0.25", nullptr,
+     "share of SSD bandwidth background writes and repacks may use (sim), in (0, 1]"},
     {"cpu.memcpy_bw", K::kBandwidth, "10GB/s", nullptr, "host memcpy bandwidth, bytes/s"},
     {"cpu.gather_bw", K::kBandwidth, "8GB/s", nullptr, "bandwidth of gathering rows out of chunks"},
     {"pcie.h2d_bw", K::kBandwidth, "25GB/s", nullptr, "pinned host-to-device bandwidth"},

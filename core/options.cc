@@ -53,6 +53,10 @@ HardwareOptions BuildHardwareOptions(const Config& c) {
   h.ssd_write_bw = Positive(c, "ssd.write_bw", c.GetBandwidth("ssd.write_bw"));
   h.ssd_latency = c.GetDuration("ssd.latency");
   h.ssd_queue_depth = PositiveInt(c, "ssd.queue_depth");
+  h.ssd_background_share = c.GetDouble("ssd.background_share");
+  if (!(h.ssd_background_share > 0 && h.ssd_background_share <= 1)) {
+    throw ConfigError(c.Where("ssd.background_share") + ": must be in (0, 1]");
+  }
   h.cpu_memcpy_bw = Positive(c, "cpu.memcpy_bw", c.GetBandwidth("cpu.memcpy_bw"));
   h.cpu_gather_bw = Positive(c, "cpu.gather_bw", c.GetBandwidth("cpu.gather_bw"));
   h.pcie_h2d_bw = Positive(c, "pcie.h2d_bw", c.GetBandwidth("pcie.h2d_bw"));

@@ -18,6 +18,7 @@ struct HardwareOptions {
   double ssd_write_bw = 2e9;
   Seconds ssd_latency = 80e-6;     // per I/O at queue depth 1
   int ssd_queue_depth = 32;
+  double ssd_background_share = 0.25;  // share of the SSD background writes/repacks may use
   double cpu_memcpy_bw = 10e9;
   double cpu_gather_bw = 8e9;
   double pcie_h2d_bw = 25e9;

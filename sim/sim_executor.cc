@@ -19,6 +19,7 @@ struct SimExecutor::Impl {
   HardwareOptions hw;
   std::unique_ptr<sg4::Engine> engine;
   sg4::Host* ssd = nullptr;
+  sg4::Host* ssd_bg = nullptr;  // endpoint of rate-limited background SSD traffic
   sg4::Host* cpu = nullptr;
   sg4::Host* gpu = nullptr;
 
@@ -26,6 +27,7 @@ struct SimExecutor::Impl {
   struct Op {
     State state = State::kPending;
     bool is_transfer = false;
+    bool background = false;  // store/reorder SSD traffic: capped at ssd.background_share
     TransferKind kind = TransferKind::kSsdRead;
     double amount = 0;  // payload bytes (transfers, latency included) or flops (execs)
     int pending = 0;
@@ -66,6 +68,19 @@ void SimExecutor::Impl::BuildPlatform() {
                   {sg4::LinkInRoute(ssd_read), sg4::LinkInRoute(ssd_rw)}, false);
   zone->add_route(cpu->get_netpoint(), ssd->get_netpoint(), nullptr, nullptr,
                   {sg4::LinkInRoute(ssd_write), sg4::LinkInRoute(ssd_rw)}, false);
+  // Background SSD traffic (new prefix KV, reorder repacks) runs through an extra link capped at
+  // ssd.background_share of the device: demand and prefetch keep the rest, as io priority
+  // classes or a background rate limit give them on hardware.
+  ssd_bg = zone->create_host("ssd_bg", 1.0);
+  auto* bg_read = zone->create_link("ssd_bg_read", hw.ssd_read_bw * hw.ssd_background_share);
+  auto* bg_write = zone->create_link("ssd_bg_write", hw.ssd_write_bw * hw.ssd_background_share);
+  zone->add_route(ssd_bg->get_netpoint(), cpu->get_netpoint(), nullptr, nullptr,
+                  {sg4::LinkInRoute(bg_read), sg4::LinkInRoute(ssd_read), sg4::LinkInRoute(ssd_rw)},
+                  false);
+  zone->add_route(cpu->get_netpoint(), ssd_bg->get_netpoint(), nullptr, nullptr,
+                  {sg4::LinkInRoute(bg_write), sg4::LinkInRoute(ssd_write),
+                   sg4::LinkInRoute(ssd_rw)},
+                  false);
   zone->add_route(cpu->get_netpoint(), gpu->get_netpoint(), nullptr, nullptr,
                   {{pcie, sg4::LinkInRoute::Direction::UP}}, true);
   zone->seal();
@@ -84,8 +99,8 @@ void SimExecutor::Impl::Start(OpId id) {
     sg4::Host* from = cpu;
     sg4::Host* to = gpu;
     switch (op.kind) {
-      case TransferKind::kSsdRead: from = ssd, to = cpu; break;
-      case TransferKind::kSsdWrite: from = cpu, to = ssd; break;
+      case TransferKind::kSsdRead: from = op.background ? ssd_bg : ssd, to = cpu; break;
+      case TransferKind::kSsdWrite: from = cpu, to = op.background ? ssd_bg : ssd; break;
       case TransferKind::kH2D: from = cpu, to = gpu; break;
       case TransferKind::kD2H: from = gpu, to = cpu; break;
       case TransferKind::kCpuGather: break;
@@ -164,6 +179,7 @@ OpId SimExecutor::Submit(TransferOp op, std::span<const OpId> after) {
   Impl::Op rec;
   rec.is_transfer = true;
   rec.kind = op.kind;
+  rec.background = op.purpose == Purpose::kStore || op.purpose == Purpose::kReorder;
   const double ios = std::max<double>(1, op.ios);
   double bw = 1, latency = 0;
   switch (op.kind) {

@@ -121,6 +121,26 @@ TEST(SimExecutorGolden, ReadsAndWritesShareTheSsd) {
   EXPECT_NEAR(r.end_s, 1.4, 1e-9);
 }
 
+TEST(SimExecutorGolden, BackgroundWritesGetAtMostTheirShareOfTheSsd) {
+  HardwareOptions hw = Hw();
+  hw.ssd_background_share = 0.25;  // background writes capped at 0.25 * 2 GB/s = 0.5 GB/s
+  SimExecutor ex(Model(), hw);
+  OpTimes r, w;
+  ex.Run([&] {
+    OpId read = ex.Submit(Xfer(TransferKind::kSsdRead, 5000000000ull - 400000), {});
+    TransferOp store = Xfer(TransferKind::kSsdWrite, 500000000ull - 160000);
+    store.purpose = Purpose::kStore;
+    OpId write = ex.Submit(store, {});
+    ex.Wait(read);
+    ex.Wait(write);
+    r = ex.Retire(read), w = ex.Retire(write);
+  });
+  // The write runs at its 0.5 GB/s cap and ends at 1 s; the demand read gets the other
+  // 4.5 GB/s of the shared 5 GB/s until then, and the whole 5 GB/s after: 1 + 0.5e9/5e9 s.
+  EXPECT_NEAR(w.end_s, 1.0, 1e-9);
+  EXPECT_NEAR(r.end_s, 1.1, 1e-9);
+}
+
 TEST(SimExecutorGolden, ComputeTakesTheCostModelsTime) {
   ModelSpec m = Model();
   HardwareOptions hw = Hw();
