@@ -47,6 +47,8 @@ constexpr KeySpec kKeys[] = {
      "share of SSD bandwidth background writes and repacks may use (sim), in (0, 1]"},
     {"cpu.memcpy_bw", K::kBandwidth, "10GB/s", nullptr, "host memcpy bandwidth, bytes/s"},
     {"cpu.gather_bw", K::kBandwidth, "8GB/s", nullptr, "bandwidth of gathering rows out of chunks"},
+    {"cpu.op_overhead", K::kDuration, "0us", nullptr,
+     "fixed cost of issuing one transfer op (thread hand-off, submission); kvtier calibrate"},
     {"pcie.h2d_bw", K::kBandwidth, "25GB/s", nullptr, "pinned host-to-device bandwidth"},
     {"pcie.d2h_bw", K::kBandwidth, "25GB/s", nullptr, "device-to-host bandwidth"},
     {"pcie.latency", K::kDuration, "10us", nullptr, "per-copy overhead (scattered copies cost more)"},

@@ -21,6 +21,7 @@ struct HardwareOptions {
   double ssd_background_share = 0.25;  // share of the SSD background writes/repacks may use
   double cpu_memcpy_bw = 10e9;
   double cpu_gather_bw = 8e9;
+  Seconds cpu_op_overhead = 0;     // per transfer op, before it starts (not per I/O)
   double pcie_h2d_bw = 25e9;
   double pcie_d2h_bw = 25e9;
   Seconds pcie_latency = 10e-6;    // per copy

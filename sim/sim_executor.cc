@@ -22,12 +22,14 @@ struct SimExecutor::Impl {
   sg4::Host* ssd_bg = nullptr;  // endpoint of rate-limited background SSD traffic
   sg4::Host* cpu = nullptr;
   sg4::Host* gpu = nullptr;
+  sg4::Host* dispatch = nullptr;  // runs per-op overhead delays; never a bottleneck
 
   enum class State { kPending, kRunning, kDone };
   struct Op {
     State state = State::kPending;
     bool is_transfer = false;
     bool background = false;  // store/reorder SSD traffic: capped at ssd.background_share
+    bool in_overhead = false;  // running the cpu.op_overhead delay that precedes the transfer
     TransferKind kind = TransferKind::kSsdRead;
     double amount = 0;  // payload bytes (transfers, latency included) or flops (execs)
     int pending = 0;
@@ -42,6 +44,7 @@ struct SimExecutor::Impl {
 
   void BuildPlatform();
   void Start(OpId id);
+  void StartActivity(OpId id);
   void Complete(std::size_t running_index);
   void Finish(OpId id);
   void PumpOne();
@@ -59,6 +62,8 @@ void SimExecutor::Impl::BuildPlatform() {
   cpu = zone->create_host("cpu", hw.cpu_gather_bw);  // flops = bytes gathered
   gpu = zone->create_host("gpu", 1.0);                // flops = seconds
   gpu->set_core_count(hw.gpu_concurrent_prefills);
+  dispatch = zone->create_host("dispatch", 1.0);  // flops = seconds
+  dispatch->set_core_count(1 << 20);
   auto* ssd_read = zone->create_link("ssd_read", hw.ssd_read_bw);
   auto* ssd_write = zone->create_link("ssd_write", hw.ssd_write_bw);
   auto* ssd_rw = zone->create_link("ssd_rw", std::max(hw.ssd_read_bw, hw.ssd_write_bw));
@@ -94,6 +99,24 @@ void SimExecutor::Impl::Start(OpId id) {
     Finish(id);
     return;
   }
+  if (op.is_transfer && hw.cpu_op_overhead > 0) {
+    // A fixed issue cost per op (thread hand-off, submission), measured by kvtier calibrate:
+    // a delay before the transfer, on a host with unlimited cores so delays never queue.
+    op.in_overhead = true;
+    sg4::ExecPtr delay = sg4::Exec::init();
+    delay->set_flops_amount(hw.cpu_op_overhead);
+    delay->set_host(dispatch);
+    delay->start();
+    ++*activities;
+    running.push_back(delay);
+    running_ids.push_back(id);
+    return;
+  }
+  StartActivity(id);
+}
+
+void SimExecutor::Impl::StartActivity(OpId id) {
+  Op& op = ops.at(id);
   sg4::ActivityPtr act;
   if (op.is_transfer && op.kind != TransferKind::kCpuGather) {
     sg4::Host* from = cpu;
@@ -138,6 +161,12 @@ void SimExecutor::Impl::Complete(std::size_t i) {
   running.pop_back();
   running_ids[i] = running_ids.back();
   running_ids.pop_back();
+  Op& op = ops.at(id);
+  if (op.in_overhead) {  // the issue delay is over: now the transfer itself
+    op.in_overhead = false;
+    StartActivity(id);
+    return;
+  }
   Finish(id);
 }
 

@@ -141,6 +141,25 @@ TEST(SimExecutorGolden, BackgroundWritesGetAtMostTheirShareOfTheSsd) {
   EXPECT_NEAR(r.end_s, 1.1, 1e-9);
 }
 
+TEST(SimExecutorGolden, OpOverheadDelaysEveryTransferOnce) {
+  HardwareOptions hw = Hw();
+  hw.cpu_op_overhead = 50e-6;
+  SimExecutor ex(Model(), hw);
+  OpTimes a, b, c;
+  ex.Run([&] {
+    OpId x = ex.Submit(Xfer(TransferKind::kH2D, 25000000), {});          // 1 ms of PCIe
+    OpId y = ex.Submit(Xfer(TransferKind::kH2D, 25000000), std::vector<OpId>{x});
+    ComputeOp op;
+    op.kind = ComputeKind::kOutputLayer;
+    OpId z = ex.Submit(op, std::vector<OpId>{y});  // compute ops pay gpu.kernel_overhead only
+    ex.Wait(z);
+    a = ex.Retire(x), b = ex.Retire(y), c = ex.Retire(z);
+  });
+  EXPECT_NEAR(a.end_s, 50e-6 + 1e-3, 1e-12);
+  EXPECT_NEAR(b.end_s, 2 * (50e-6 + 1e-3), 1e-12);
+  EXPECT_NEAR(c.start_s, b.end_s, 1e-15);
+}
+
 TEST(SimExecutorGolden, ComputeTakesTheCostModelsTime) {
   ModelSpec m = Model();
   HardwareOptions hw = Hw();
