@@ -57,8 +57,8 @@ std::string NowUtc() {
 
 class SqliteRunLog : public RunLog {
  public:
-  SqliteRunLog(ResultsDb* db, long long run_id, bool log_decisions)
-      : db_(db), run_(run_id), log_decisions_(log_decisions),
+  SqliteRunLog(ResultsDb* db, long long run_id, bool log_transfers)
+      : db_(db), run_(run_id), log_transfers_(log_transfers),
         request_(db->handle(),
                  "INSERT OR REPLACE INTO requests VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
                  "?,?,?,?)",
@@ -108,6 +108,7 @@ class SqliteRunLog : public RunLog {
     s.Reset();
   }
   void LogTransfer(const TransferRecord& r) override {
+    if (!log_transfers_) return;
     Stmt& s = transfer_;
     s.Bind(1, run_).Bind(2, (long long)r.request_id).Bind(3, (long long)r.layer);
     s.Bind(4, std::string(TierName(r.src))).Bind(5, std::string(TierName(r.dst)));
@@ -118,7 +119,6 @@ class SqliteRunLog : public RunLog {
     s.Reset();
   }
   void LogDecision(const DecisionRecord& r) override {
-    if (!log_decisions_) return;
     Stmt& s = decision_;
     s.Bind(1, run_).Bind(2, (long long)r.request_id).Bind(3, (long long)r.layer);
     s.Bind(4, r.kind).Bind(5, (long long)r.chunk).Bind(6, r.detail);
@@ -142,7 +142,7 @@ class SqliteRunLog : public RunLog {
 
   ResultsDb* db_;
   long long run_;
-  bool log_decisions_;
+  bool log_transfers_;
   Stmt request_, layer_, transfer_, decision_, metric_;
 };
 
@@ -204,8 +204,27 @@ void ResultsDb::DeleteIncompleteRuns(const std::string& config_sha256, const std
   s.Step(path_);
 }
 
-std::unique_ptr<RunLog> ResultsDb::NewRunLog(long long run_id, bool log_decisions) {
-  return std::make_unique<SqliteRunLog>(this, run_id, log_decisions);
+std::unique_ptr<RunLog> ResultsDb::NewRunLog(long long run_id, bool log_transfers) {
+  return std::make_unique<SqliteRunLog>(this, run_id, log_transfers);
+}
+
+std::string ConfigSha256(const Config& config, const std::string& trace_sha256) {
+  return Sha256(config.Dump(/*with_origins=*/false) + trace_sha256);
+}
+
+RunInfo MakeRunInfo(const std::string& mode, const Config& config, const ExperimentOptions& opts,
+                    const std::string& trace_path) {
+  RunInfo info;
+  info.mode = mode;
+  info.experiment = opts.experiment_name;
+  info.system = opts.system.name;
+  info.model = opts.model.name;
+  info.hardware = opts.hardware.name;
+  info.trace = trace_path;
+  info.trace_sha256 = Sha256File(trace_path);
+  info.config = config.Dump(/*with_origins=*/false);
+  info.config_sha256 = ConfigSha256(config, info.trace_sha256);
+  return info;
 }
 
 std::string GitCommit() {

@@ -12,6 +12,8 @@
 #include <memory>
 #include <string>
 
+#include "core/config.h"
+#include "core/options.h"
 #include "core/run_log.h"
 
 struct sqlite3;
@@ -47,8 +49,9 @@ class ResultsDb {
   // Deletes incomplete runs of this configuration (left by an interrupted sweep).
   void DeleteIncompleteRuns(const std::string& config_sha256, const std::string& mode);
 
-  // A RunLog that writes the rows of `run_id`. Valid while this ResultsDb lives.
-  std::unique_ptr<RunLog> NewRunLog(long long run_id, bool log_decisions = true);
+  // A RunLog that writes the rows of `run_id` (transfer rows only if `log_transfers`: they can
+  // dominate the file; the config key log.transfers). Valid while this ResultsDb lives.
+  std::unique_ptr<RunLog> NewRunLog(long long run_id, bool log_transfers = true);
 
   // Runs SQL (e.g. analysis/views.sql) on the file. Throws InputError on failure.
   void Exec(const std::string& sql);
@@ -59,6 +62,14 @@ class ResultsDb {
   std::string path_;
   sqlite3* db_ = nullptr;
 };
+
+// Identifies a configuration point: SHA-256 of the resolved configuration text (Config::Dump
+// without origins) and the trace's hash. Runs store it; sweeps skip points that have one.
+std::string ConfigSha256(const Config& config, const std::string& trace_sha256);
+
+// The runs row of a run of `config` in `mode` ("sim", "hw") on `trace_path`.
+RunInfo MakeRunInfo(const std::string& mode, const Config& config, const ExperimentOptions& opts,
+                    const std::string& trace_path);
 
 // Hex SHA-256 of a file's bytes ("" and no throw if it cannot be read) and of a string.
 std::string Sha256File(const std::string& path);

@@ -104,7 +104,7 @@ int RunSweep(const Args& args) {
       auto known = trace_sha.find(trace);
       if (known == trace_sha.end()) known = trace_sha.emplace(trace, Sha256File(trace)).first;
       ++total;
-      const std::string sha = Sha256(c.Dump(false) + known->second);
+      const std::string sha = ConfigSha256(c, known->second);
       if (db.HasCompleteRun(sha, "sim")) {
         ++skipped;
         continue;

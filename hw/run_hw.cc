@@ -110,33 +110,11 @@ HwRunResult RunHardware(const Config& config, const std::string& trace_path,
   }
 
   ResultsDb db(out_path);
-  RunInfo info;
-  info.mode = "hw";
-  info.experiment = opts.experiment_name;
-  info.system = opts.system.name;
-  info.model = opts.model.name;
-  info.hardware = opts.hardware.name;
-  info.trace = trace_path;
-  info.trace_sha256 = Sha256File(trace_path);
-  info.config = config.Dump(/*with_origins=*/false);
-  info.config_sha256 = Sha256(info.config + info.trace_sha256);
+  const RunInfo info = MakeRunInfo("hw", config, opts, trace_path);
   const long long run_id = db.BeginRun(info);
-  std::unique_ptr<RunLog> db_log = db.NewRunLog(run_id, /*log_decisions=*/true);
+  std::unique_ptr<RunLog> db_log = db.NewRunLog(run_id, config.GetBool("log.transfers"));
+  RunLog& log = *db_log;
 
-  struct Filter : RunLog {
-    RunLog* inner;
-    bool transfers;
-    void LogRequest(const RequestRecord& r) override { inner->LogRequest(r); }
-    void LogLayer(const LayerRecord& r) override { inner->LogLayer(r); }
-    void LogTransfer(const TransferRecord& r) override {
-      if (transfers) inner->LogTransfer(r);
-    }
-    void LogDecision(const DecisionRecord& r) override { inner->LogDecision(r); }
-    void LogMetric(const std::string& n, double v) override { inner->LogMetric(n, v); }
-    void Flush() override { inner->Flush(); }
-  } log;
-  log.inner = db_log.get();
-  log.transfers = config.GetBool("log.transfers");
 
   TraceScoreSource scores(header, opts.model, none_model);
   PipelineOptions popts;
