@@ -8,9 +8,6 @@
 // the machine), and writes one run with mode = 'hw' into the same SQLite file; the parent
 // prints the comparison table from the run_summary view.
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
@@ -84,63 +81,15 @@ bool ParseSystemsArgs(const std::vector<std::string>& args, const char* command,
   return true;
 }
 
-namespace {
-
-int RunHwChild(const Config& config, const std::string& trace, const std::string& out,
-               const std::string& label, double progress_s, int result_fd) {
-  auto last = std::chrono::steady_clock::now();
-  auto progress = [&](long long done, long long total, double t) {
-    auto now = std::chrono::steady_clock::now();
-    if (std::chrono::duration<double>(now - last).count() < progress_s) return;
-    last = now;
-    std::fprintf(stderr, "  %-12s %lld/%lld requests, %.1f s\n", label.c_str(), done, total, t);
-  };
-  try {
+ChildFn HwChild(const std::string& out) {
+  return [out](const Config& config, const ProgressFn& progress) {
+    const std::string trace = config.GetString("workload.trace");  // resolved by the caller
     hw::HwRunResult r = hw::RunHardware(config, trace, out, progress);
-    std::fprintf(stderr, "  %-12s done: %lld requests, %.2f s measured, %.2f s wall\n",
-                 label.c_str(), r.requests, r.measured_s, r.wall_s);
-    std::string id = std::to_string(r.run_id) + "\n";
-    if (write(result_fd, id.data(), id.size()) < 0) return 1;
-    return 0;
-  } catch (const InputError& e) {
-    std::fprintf(stderr, "kvtier hw (%s): error: %s\n", label.c_str(), e.what());
-    return kExitBadInput;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "kvtier hw (%s): internal error: %s\n", label.c_str(), e.what());
-    return 1;
-  }
-}
-
-}  // namespace
-
-std::vector<long long> RunHwSystems(const std::vector<std::pair<std::string, Config>>& runs,
-                                    const std::string& trace, const std::string& out,
-                                    double progress_s, int* worst_exit) {
-  std::vector<long long> ids;
-  *worst_exit = 0;
-  for (const auto& [label, config] : runs) {
-    int fds[2];
-    if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
-    std::fflush(nullptr);
-    pid_t pid = fork();
-    if (pid < 0) throw std::runtime_error("fork failed");
-    if (pid == 0) {
-      close(fds[0]);
-      int code = RunHwChild(config, trace, out, label, progress_s, fds[1]);
-      std::fflush(nullptr);
-      _exit(code);
-    }
-    close(fds[1]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    char buf[64] = {0};
-    ssize_t n = read(fds[0], buf, sizeof buf - 1);
-    close(fds[0]);
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-    if (code == 0 && n > 0) ids.push_back(std::atoll(buf));
-    *worst_exit = std::max(*worst_exit, code);
-  }
-  return ids;
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%lld requests, %.2f s measured, %.2f s wall", r.requests,
+                  r.measured_s, r.wall_s);
+    return ChildRun{r.run_id, buf};
+  };
 }
 
 int RunHw(const Args& args) {
@@ -155,7 +104,9 @@ int RunHw(const Args& args) {
                a.runs.front().second.GetString("model.name").c_str(), a.trace.c_str(),
                a.out.c_str());
   int worst = 0;
-  std::vector<long long> ids = RunHwSystems(a.runs, a.trace, a.out, a.progress_s, &worst);
+  // One system at a time: measured runs never share the disk or the cores.
+  std::vector<long long> ids =
+      RunInChildren(a.runs, 1, a.progress_s, "hw", HwChild(a.out), &worst, nullptr);
   PrintComparison(a.out, ids);
   return worst;
 }

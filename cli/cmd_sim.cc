@@ -62,42 +62,58 @@ std::string ResolveTrace(const Config& config, const std::string& experiment_pat
   return p.string();
 }
 
-int RunChild(const Config& config, const std::string& out, const std::string& label,
-             double progress_s, int result_fd) {
-  const std::string trace = config.GetString("workload.trace");  // resolved by the caller
+namespace {
+
+// One run in a child process: progress lines every `progress_s`, the summary, and the run id
+// back to the parent through `result_fd`. Returns the child's exit code.
+int RunChild(const ChildFn& child, const Config& config, const std::string& label,
+             const char* command, double progress_s, int result_fd) {
   auto last = std::chrono::steady_clock::now();
-  auto progress = [&](long long done, long long total, double sim_s) {
+  auto progress = [&](long long done, long long total, double t) {
     auto now = std::chrono::steady_clock::now();
     if (std::chrono::duration<double>(now - last).count() < progress_s) return;
     last = now;
     if (total > 0) {
-      std::fprintf(stderr, "  %-12s %lld/%lld requests (%.0f%%), simulated %.1f s\n",
-                   label.c_str(), done, total, 100.0 * double(done) / double(total), sim_s);
+      std::fprintf(stderr, "  %-12s %lld/%lld requests (%.0f%%), at %.1f s\n", label.c_str(),
+                   done, total, 100.0 * double(done) / double(total), t);
     } else {
-      std::fprintf(stderr, "  %-12s %lld requests, simulated %.1f s\n", label.c_str(), done,
-                   sim_s);
+      std::fprintf(stderr, "  %-12s %lld requests, at %.1f s\n", label.c_str(), done, t);
     }
   };
   try {
-    sim::SimulationResult r = sim::RunSimulation(config, trace, out, progress);
-    std::fprintf(stderr, "  %-12s done: %lld requests, %.1f s simulated, %.2f s wall (%.0f req/s)\n",
-                 label.c_str(), r.requests, r.simulated_s, r.wall_s,
-                 r.wall_s > 0 ? double(r.requests) / r.wall_s : 0.0);
-    std::string id = std::to_string(r.run_id) + "\n";
+    const ChildRun r = child(config, progress);
+    std::fprintf(stderr, "  %-12s done: %s\n", label.c_str(), r.summary.c_str());
+    const std::string id = std::to_string(r.run_id) + "\n";
     if (write(result_fd, id.data(), id.size()) < 0) return 1;
     return 0;
   } catch (const InputError& e) {
-    std::fprintf(stderr, "kvtier sim (%s): error: %s\n", label.c_str(), e.what());
+    std::fprintf(stderr, "kvtier %s (%s): error: %s\n", command, label.c_str(), e.what());
     return kExitBadInput;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "kvtier sim (%s): internal error: %s\n", label.c_str(), e.what());
+    std::fprintf(stderr, "kvtier %s (%s): internal error: %s\n", command, label.c_str(),
+                 e.what());
     return 1;
   }
 }
 
-std::vector<long long> RunSystems(const std::vector<std::pair<std::string, Config>>& runs,
-                                  const std::string& out, int jobs,
-                                  double progress_s, int* worst_exit, const DoneFn& on_done) {
+}  // namespace
+
+ChildFn SimChild(const std::string& out) {
+  return [out](const Config& config, const ProgressFn& progress) {
+    const std::string trace = config.GetString("workload.trace");  // resolved by the caller
+    sim::SimulationResult r = sim::RunSimulation(config, trace, out, progress);
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%lld requests, %.1f s simulated, %.2f s wall (%.0f req/s)",
+                  r.requests, r.simulated_s, r.wall_s,
+                  r.wall_s > 0 ? double(r.requests) / r.wall_s : 0.0);
+    return ChildRun{r.run_id, buf};
+  };
+}
+
+std::vector<long long> RunInChildren(const std::vector<std::pair<std::string, Config>>& runs,
+                                     int jobs, double progress_s, const char* command,
+                                     const ChildFn& child, int* worst_exit,
+                                     const DoneFn& on_done) {
   std::vector<long long> run_ids;
   std::map<pid_t, int> children;  // pid -> read end of its result pipe
   std::map<pid_t, std::string> labels;
@@ -127,7 +143,8 @@ std::vector<long long> RunSystems(const std::vector<std::pair<std::string, Confi
       if (pid < 0) throw std::runtime_error("fork failed");
       if (pid == 0) {
         close(fds[0]);
-        int code = RunChild(runs[next].second, out, runs[next].first, progress_s, fds[1]);
+        int code = RunChild(child, runs[next].second, runs[next].first, command, progress_s,
+                            fds[1]);
         std::fflush(nullptr);
         _exit(code);
       }
@@ -254,7 +271,8 @@ int RunSim(const Args& args) {
                base.GetString("model.name").c_str(), trace.c_str(), out.c_str());
   int worst = 0;
   std::vector<long long> ids =
-      RunSystems(runs, out, jobs, base.GetDuration("log.progress"), &worst, nullptr);
+      RunInChildren(runs, jobs, base.GetDuration("log.progress"), "sim", SimChild(out), &worst,
+                    nullptr);
   PrintComparison(out, ids);
   return worst;
 }

@@ -122,7 +122,8 @@ int RunSweep(const Args& args) {
   std::size_t done = 0;
   int worst = 0;
   std::vector<long long> ids =
-      RunSystems(todo, out, jobs, 3600, &worst, [&](const std::string& label, int code) {
+      RunInChildren(todo, jobs, 3600, "sweep", SimChild(out), &worst,
+                    [&](const std::string& label, int code) {
         ++done;
         const double el =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -53,10 +53,11 @@ int RunValidate(const Args& args) {
                a.trace.c_str(), a.out.c_str());
   int worst_hw = 0, worst_sim = 0;
   std::fprintf(stderr, "hw:\n");
-  const std::vector<long long> hw_ids = RunHwSystems(a.runs, a.trace, a.out, a.progress_s, &worst_hw);
+  const std::vector<long long> hw_ids =
+      RunInChildren(a.runs, 1, a.progress_s, "hw", HwChild(a.out), &worst_hw, nullptr);
   std::fprintf(stderr, "sim:\n");
   const std::vector<long long> sim_ids =
-      RunSystems(a.runs, a.out, 1, a.progress_s, &worst_sim, {});
+      RunInChildren(a.runs, 1, a.progress_s, "sim", SimChild(a.out), &worst_sim, nullptr);
   std::vector<long long> all = hw_ids;
   all.insert(all.end(), sim_ids.begin(), sim_ids.end());
   PrintComparison(a.out, all);

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli/sim_common.h"
 #include "core/config.h"
 
 namespace kvtier::cli {
@@ -23,11 +24,9 @@ struct SystemsArgs {
 bool ParseSystemsArgs(const std::vector<std::string>& args, const char* command,
                       const char* usage, SystemsArgs* out);
 
-// Runs each system on this machine's hardware, one child process at a time (systems never
-// share the disk or the cores while measured). Returns the run ids; *worst_exit the largest
-// child exit code.
-std::vector<long long> RunHwSystems(const std::vector<std::pair<std::string, Config>>& runs,
-                                    const std::string& trace, const std::string& out,
-                                    double progress_s, int* worst_exit);
+// The hardware run as a ChildFn for RunInChildren (cli/sim_common.h): hw::RunHardware on the
+// config's resolved workload.trace into `out`. Run it with jobs = 1: systems measured at the
+// same time would share the disk and the cores.
+ChildFn HwChild(const std::string& out);
 
 }  // namespace kvtier::cli

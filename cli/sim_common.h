@@ -16,12 +16,26 @@ std::vector<std::string> SplitList(const std::string& text);
 std::string ResolveTrace(const Config& config, const std::string& experiment_path);
 // Called in the parent when a child ends: its label and exit code.
 using DoneFn = std::function<void(const std::string& label, int exit_code)>;
-// Runs each (label, config) in a child process, at most `jobs` at once, on the trace its
-// workload.trace names (already resolved with ResolveTrace); returns the run ids of those that
-// finished. *worst_exit receives the largest child exit code.
-std::vector<long long> RunSystems(const std::vector<std::pair<std::string, Config>>& runs,
-                                  const std::string& out, int jobs,
-                                  double progress_s, int* worst_exit, const DoneFn& on_done);
+// Progress of a run: requests done, requests in total (0 if unknown), executor seconds.
+using ProgressFn = std::function<void(long long, long long, double)>;
+// What one child process does for one run: run it, return its run id and a one-line summary.
+// Throws InputError for bad input (the child exits 2).
+struct ChildRun {
+  long long run_id = 0;
+  std::string summary;
+};
+using ChildFn = std::function<ChildRun(const Config&, const ProgressFn&)>;
+
+// Runs each (label, config) in its own child process (SimGrid's engine is one per process;
+// hardware runs must not share the machine), at most `jobs` at once, printing progress every
+// `progress_s` and errors prefixed by `kvtier <command>`. Returns the run ids of the runs that
+// finished; *worst_exit receives the largest child exit code.
+std::vector<long long> RunInChildren(const std::vector<std::pair<std::string, Config>>& runs,
+                                     int jobs, double progress_s, const char* command,
+                                     const ChildFn& child, int* worst_exit,
+                                     const DoneFn& on_done);
+// The simulator as a ChildFn: RunSimulation on the config's resolved workload.trace into `out`.
+ChildFn SimChild(const std::string& out);
 void PrintComparison(const std::string& out, const std::vector<long long>& run_ids);
 
 }  // namespace kvtier::cli
