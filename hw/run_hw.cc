@@ -82,18 +82,10 @@ HwRunResult RunHardware(const Config& config, const std::string& trace_path,
                       ": kvtier hw serves one prefill at a time; only 1 is supported");
   }
 
-  TraceReader probe(trace_path);
-  const TraceHeader header = probe.header();
-  const bool retarget = config.GetBool("workload.retarget");
-  if (header.model.name != opts.model.name && !retarget) {
-    throw TraceError(trace_path + ": trace was made for model '" + header.model.name +
-                     "' but the experiment runs '" + opts.model.name +
-                     "' (set workload.retarget = true to map its layers and heads)");
-  }
-  std::optional<ProceduralParams> none_model;
-  if (!opts.importance.empty()) {
-    none_model = ProceduralParams::Parse(opts.importance, config.Where("workload.importance"));
-  }
+  // Open and check the trace before touching the output.
+  const ReplaySetup replay = PrepareReplay(trace_path, config, opts);
+  const TraceHeader& header = replay.header;
+  const std::optional<ProceduralParams>& none_model = replay.none_model;
 
   // The executor first: an unusable store (no O_DIRECT) fails before the run row exists.
   const std::string default_store = out_path + ".store-" + opts.system.name;

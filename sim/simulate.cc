@@ -29,18 +29,9 @@ SimulationResult RunSimulation(const Config& config, const std::string& trace_pa
   }
 
   // Open and check the trace before touching the output.
-  TraceReader probe(trace_path);
-  const TraceHeader header = probe.header();
-  const bool retarget = config.GetBool("workload.retarget");
-  if (header.model.name != opts.model.name && !retarget) {
-    throw TraceError(trace_path + ": trace was made for model '" + header.model.name +
-                     "' but the experiment runs '" + opts.model.name +
-                     "' (set workload.retarget = true to map its layers and heads)");
-  }
-  std::optional<ProceduralParams> none_model;
-  if (!opts.importance.empty()) {
-    none_model = ProceduralParams::Parse(opts.importance, config.Where("workload.importance"));
-  }
+  const ReplaySetup replay = PrepareReplay(trace_path, config, opts);
+  const TraceHeader& header = replay.header;
+  const std::optional<ProceduralParams>& none_model = replay.none_model;
 
   ResultsDb db(out_path);
   const RunInfo info = MakeRunInfo("sim", config, opts, trace_path);

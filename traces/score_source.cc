@@ -1,9 +1,29 @@
 #include "traces/score_source.h"
 
 #include "core/check.h"
+#include "core/config.h"
 #include "core/errors.h"
+#include "core/options.h"
+#include "traces/trace_io.h"
 
 namespace kvtier {
+
+ReplaySetup PrepareReplay(const std::string& trace_path, const Config& config,
+                          const ExperimentOptions& opts) {
+  ReplaySetup setup;
+  setup.header = TraceReader(trace_path).header();
+  const TraceHeader& header = setup.header;
+  if (header.model.name != opts.model.name && !config.GetBool("workload.retarget")) {
+    throw TraceError(trace_path + ": trace was made for model '" + header.model.name +
+                     "' but the experiment runs '" + opts.model.name +
+                     "' (set workload.retarget = true to map its layers and heads)");
+  }
+  if (!opts.importance.empty()) {
+    setup.none_model =
+        ProceduralParams::Parse(opts.importance, config.Where("workload.importance"));
+  }
+  return setup;
+}
 
 TraceScoreSource::TraceScoreSource(const TraceHeader& header, const ModelSpec& target,
                                    std::optional<ProceduralParams> none_model)

@@ -27,6 +27,21 @@
 
 namespace kvtier {
 
+struct ExperimentOptions;
+class Config;
+
+// What a replay (sim or hw) needs from a trace before it starts.
+struct ReplaySetup {
+  TraceHeader header;
+  std::optional<ProceduralParams> none_model;  // importance for records without scores
+};
+
+// Opens `trace_path` and checks that `config` can replay it: the trace's model must be the
+// experiment's unless workload.retarget is set; workload.importance, if set, is parsed.
+// Throws TraceError (naming the file) or ConfigError (naming the key).
+ReplaySetup PrepareReplay(const std::string& trace_path, const Config& config,
+                          const ExperimentOptions& opts);
+
 class TraceScoreSource : public ScoreSource {
  public:
   // `header`: the trace's header (source model, importance model). `target`: the model replayed

@@ -105,7 +105,9 @@ TEST(TraceFormat, RoundTripAllPayloadForms) {
   for (const auto& want : written) {
     ASSERT_TRUE(r.Next(&rec));
     ExpectSameRequest(want, rec);
-    if (want.importance == ImportanceKind::kProcedural) EXPECT_EQ(rec.query_key, want.query_key);
+    if (want.importance == ImportanceKind::kProcedural) {
+      EXPECT_EQ(rec.query_key, want.query_key);
+    }
     if (want.importance == ImportanceKind::kExplicit) {
       EXPECT_EQ(rec.explicit_scores.codes, want.explicit_scores.codes);
       EXPECT_EQ(rec.explicit_scores.lo, want.explicit_scores.lo);
