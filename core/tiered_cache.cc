@@ -1,6 +1,9 @@
 #include "core/tiered_cache.h"
 
+#include <algorithm>
 #include <cstddef>
+#include <memory>
+#include <unordered_map>
 #include <utility>
 
 #include "core/check.h"
@@ -25,6 +28,122 @@ namespace {
 constexpr std::size_t kAlwaysFullCheckBelow = 32;
 
 }  // namespace
+
+// ChunkId -> record without hashing. RadixTree numbers segments 1, 2, ... and a segment's
+// chunks 0, 1, ..., so a record is found by array lookups: the segment's index (directly by
+// segment id below kDenseSegments, through a hash map above: only synthetic ids get there),
+// then the slot of (lane = layer * 4 + kind, chunk index) in it, then the record in a
+// pool. The pool allocates records in blocks that never move (heap entries and ChunkRefs
+// point at records) and reuses freed slots; slot 0 means "no record". Records first made
+// together (one layer's chunks of a request) sit together in the pool.
+// Replaces an unordered_map<ChunkId, ChunkRecord>: with ~10^6 records every lookup missed the
+// cache on the bucket array and again on the node; those lookups were 15% of sim_bench's spec
+// profile (perf, 2,000 requests).
+class TieredCache::ChunkTable {
+ public:
+  ChunkTable() { blocks_.push_back(std::make_unique<ChunkRecord[]>(kBlock)); }
+
+  // The live record of `id`, or nullptr.
+  ChunkRecord* Find(ChunkId id) const {
+    const SegmentIndex* seg = Segment(id.segment());
+    if (seg == nullptr) return nullptr;
+    const std::uint32_t slot = seg->Slot(Lane(id), id.index());
+    return slot == 0 ? nullptr : At(slot);
+  }
+
+  // The record of `id`, made (default statistics, tier kSsd) if it had none; second: made now.
+  std::pair<ChunkRecord*, bool> FindOrCreate(ChunkId id) {
+    std::uint32_t& slot = SegmentFor(id.segment()).SlotFor(Lane(id), id.index());
+    if (slot != 0) return {At(slot), false};
+    slot = Allocate();
+    ChunkRecord* r = At(slot);
+    *r = ChunkRecord{};
+    r->chunk = id;
+    r->live = true;
+    ++size_;
+    return {r, true};
+  }
+
+  // Frees the record (its address may be reused by the next FindOrCreate).
+  void Erase(ChunkRecord* r) {
+    std::uint32_t& slot = SegmentFor(r->chunk.segment()).SlotFor(Lane(r->chunk), r->chunk.index());
+    KVTIER_CHECK(slot != 0 && At(slot) == r, "ChunkTable::Erase of a record it does not hold");
+    free_.push_back(slot);
+    slot = 0;
+    r->live = false;
+    --size_;
+  }
+
+  std::size_t size() const { return size_; }
+
+  // Calls f(record) for every live record, in pool order.
+  template <typename F>
+  void ForEach(F f) const {
+    for (std::uint32_t s = 1; s < next_; ++s) {
+      const ChunkRecord* r = At(s);
+      if (r->live) f(*r);
+    }
+  }
+
+ private:
+  static constexpr std::uint32_t kBlockBits = 12;
+  static constexpr std::uint32_t kBlock = 1u << kBlockBits;
+  static constexpr std::uint32_t kDenseSegments = 1u << 22;
+
+  // Slots of one segment's records: lanes[lane][index], each lane grown on demand (by
+  // doubling), so memory follows the chunks a segment actually has.
+  struct SegmentIndex {
+    std::vector<std::vector<std::uint32_t>> lanes;
+
+    std::uint32_t Slot(std::uint32_t lane, std::uint32_t index) const {
+      if (lane >= lanes.size()) return 0;
+      const std::vector<std::uint32_t>& l = lanes[lane];
+      return index < l.size() ? l[index] : 0;
+    }
+    std::uint32_t& SlotFor(std::uint32_t lane, std::uint32_t index) {
+      if (lane >= lanes.size()) lanes.resize(std::size_t(lane) + 1);
+      std::vector<std::uint32_t>& l = lanes[lane];
+      if (index >= l.size()) l.resize(std::max<std::size_t>({std::size_t(index) + 1, 2 * l.size(), 8}), 0);
+      return l[index];
+    }
+  };
+
+  static std::uint32_t Lane(ChunkId id) {
+    return id.layer() * 4 + static_cast<std::uint32_t>(id.kind());
+  }
+  const SegmentIndex* Segment(std::uint32_t seg) const {
+    if (seg < kDenseSegments) return seg < dense_.size() ? &dense_[seg] : nullptr;
+    auto it = sparse_.find(seg);
+    return it == sparse_.end() ? nullptr : &it->second;
+  }
+  SegmentIndex& SegmentFor(std::uint32_t seg) {
+    if (seg >= kDenseSegments) return sparse_[seg];
+    if (seg >= dense_.size()) dense_.resize(std::max<std::size_t>(seg + 1, 2 * dense_.size()));
+    return dense_[seg];
+  }
+  ChunkRecord* At(std::uint32_t slot) const {
+    return &blocks_[slot >> kBlockBits][slot & (kBlock - 1)];
+  }
+  std::uint32_t Allocate() {
+    if (!free_.empty()) {
+      const std::uint32_t s = free_.back();
+      free_.pop_back();
+      return s;
+    }
+    KVTIER_CHECK(next_ != 0xFFFFFFFFu, "ChunkTable: more than 2^32 chunk records");
+    if ((next_ >> kBlockBits) >= blocks_.size()) {
+      blocks_.push_back(std::make_unique<ChunkRecord[]>(kBlock));
+    }
+    return next_++;
+  }
+
+  std::vector<SegmentIndex> dense_;
+  std::unordered_map<std::uint32_t, SegmentIndex> sparse_;
+  std::vector<std::unique_ptr<ChunkRecord[]>> blocks_;
+  std::vector<std::uint32_t> free_;
+  std::uint32_t next_ = 1;  // slot 0: no record
+  std::size_t size_ = 0;
+};
 
 // Indexed binary min-heap of one tier: heap_ holds the entries, each entry's record holds its
 // slot, so Update/Remove of an arbitrary chunk are O(log n). SPEC §IV-D2 keeps "two min-heaps in
@@ -172,7 +291,8 @@ TieredCache::TieredCache(std::unique_ptr<CachePolicy> policy, const TieredCacheO
     : policy_(std::move(policy)),
       options_(options),
       gpu_(std::make_unique<TierHeap>(Tier::kGpu, options.gpu_capacity)),
-      cpu_(std::make_unique<TierHeap>(Tier::kCpu, options.cpu_capacity)) {
+      cpu_(std::make_unique<TierHeap>(Tier::kCpu, options.cpu_capacity)),
+      chunks_(std::make_unique<ChunkTable>()) {
   KVTIER_CHECK(policy_ != nullptr, "TieredCache needs a policy");
   KVTIER_CHECK(options_.history_weight >= 0 && options_.history_weight <= 1,
                "history_weight must be in [0, 1]");
@@ -181,25 +301,23 @@ TieredCache::TieredCache(std::unique_ptr<CachePolicy> policy, const TieredCacheO
 TieredCache::~TieredCache() = default;
 
 Tier TieredCache::Where(ChunkId chunk) const {
-  auto it = chunks_.find(chunk);
-  return it == chunks_.end() ? Tier::kSsd : it->second.tier;
+  const ChunkRecord* r = chunks_->Find(chunk);
+  return r == nullptr ? Tier::kSsd : r->tier;
 }
 
-// Records are unordered_map nodes, which never move while they exist, so a pointer to one stays
-// good until some record is erased (epoch_). The simulator looks up every chunk of a layer twice,
-// one layer apart (Where when it plans the prefetch, Access when the layer uses it); with ~10^5
-// records each lookup misses the cache on the bucket array and on the node, and chunks_ lookups
-// led sim_bench's spec profile (19% of CPU). Reusing the planning lookup: hash-lookup samples
-// -22%, total CPU -14% (spec, 100 requests, perf).
+// Records never move while they exist, so a pointer to one stays good until some record is
+// erased (epoch_; the slot may then hold another chunk). The simulator looks up every chunk of a
+// layer twice, one layer apart (Where when it plans the prefetch, Access when the layer uses it);
+// the ref saves the second lookup (with hashed records: total CPU -14%, spec, perf).
 Tier TieredCache::Where(ChunkId chunk, ChunkRef* ref) const {
-  auto it = chunks_.find(chunk);
-  ref->record = it == chunks_.end() ? nullptr : &it->second;
+  const ChunkRecord* r = chunks_->Find(chunk);
+  ref->record = r;
   ref->epoch = epoch_;
-  return it == chunks_.end() ? Tier::kSsd : it->second.tier;
+  return r == nullptr ? Tier::kSsd : r->tier;
 }
 
-void TieredCache::EraseRecord(std::unordered_map<ChunkId, ChunkRecord>::iterator it) {
-  chunks_.erase(it);
+void TieredCache::EraseRecord(ChunkRecord* r) {
+  chunks_->Erase(r);
   ++epoch_;
 }
 
@@ -240,8 +358,8 @@ std::size_t TieredCache::resident_chunks(Tier tier) const {
 }
 
 const ChunkStats* TieredCache::Stats(ChunkId chunk) const {
-  auto it = chunks_.find(chunk);
-  return it == chunks_.end() || !it->second.accessed ? nullptr : &it->second.stats;
+  const ChunkRecord* r = chunks_->Find(chunk);
+  return r == nullptr || !r->accessed ? nullptr : &r->stats;
 }
 
 TieredCache::TierHeap& TieredCache::HeapOf(Tier tier) {
@@ -250,10 +368,8 @@ TieredCache::TierHeap& TieredCache::HeapOf(Tier tier) {
 }
 
 void TieredCache::ForgetIfUnused(ChunkId chunk) {
-  auto it = chunks_.find(chunk);
-  if (it != chunks_.end() && it->second.tier == Tier::kSsd && !it->second.accessed) {
-    EraseRecord(it);
-  }
+  ChunkRecord* r = chunks_->Find(chunk);
+  if (r != nullptr && r->tier == Tier::kSsd && !r->accessed) EraseRecord(r);
 }
 
 // Admits `cand` (not resident anywhere) into `target`, coming from `from`. Victims leave for
@@ -281,8 +397,8 @@ Tier TieredCache::Access(ChunkId chunk, Bytes bytes, double important_ratio,
                          std::vector<CacheMove>* moves) {
   KVTIER_CHECK(bytes > 0, "Access of an empty chunk");
   KVTIER_CHECK(important_ratio >= 0 && important_ratio <= 1, "important_ratio must be in [0, 1]");
-  auto [it, is_new] = chunks_.try_emplace(chunk);
-  return AccessRecord(&it->second, is_new, chunk, bytes, important_ratio, moves);
+  auto [r, is_new] = chunks_->FindOrCreate(chunk);
+  return AccessRecord(r, is_new, chunk, bytes, important_ratio, moves);
 }
 
 Tier TieredCache::Access(ChunkId chunk, Bytes bytes, double important_ratio,
@@ -292,7 +408,7 @@ Tier TieredCache::Access(ChunkId chunk, Bytes bytes, double important_ratio,
   }
   // const_cast: the ref came from Where() (const) but names this cache's own record.
   auto* r = const_cast<ChunkRecord*>(static_cast<const ChunkRecord*>(ref.record));
-  KVTIER_CHECK(r->chunk == chunk, "a ChunkRef used for another chunk");
+  KVTIER_CHECK(r->live && r->chunk == chunk, "a ChunkRef used for another chunk");
   KVTIER_CHECK(bytes > 0, "Access of an empty chunk");
   KVTIER_CHECK(important_ratio >= 0 && important_ratio <= 1, "important_ratio must be in [0, 1]");
   return AccessRecord(r, false, chunk, bytes, important_ratio, moves);
@@ -343,9 +459,7 @@ Tier TieredCache::AccessRecord(ChunkRecord* r, bool is_new, ChunkId chunk, Bytes
 bool TieredCache::Insert(ChunkId chunk, Bytes bytes, Tier tier, std::vector<CacheMove>* moves) {
   KVTIER_CHECK(bytes > 0, "Insert of an empty chunk");
   KVTIER_CHECK(tier != Tier::kSsd, "Insert into the SSD: use Erase to uncache");
-  auto [it, is_new] = chunks_.try_emplace(chunk);
-  ChunkRecord* r = &it->second;
-  r->chunk = chunk;
+  auto [r, is_new] = chunks_->FindOrCreate(chunk);
   KVTIER_DCHECK(is_new || r->bytes == bytes, "a chunk changed size");
   r->bytes = bytes;
   const Tier now = r->tier;
@@ -355,7 +469,7 @@ bool TieredCache::Insert(ChunkId chunk, Bytes bytes, Tier tier, std::vector<Cach
   const bool placed = Admit(cand, now, tier, moves);
   if (!placed && now != Tier::kSsd) HeapOf(now).Push(cand);  // back where it was
   if (!placed && now == Tier::kSsd && !r->accessed) {
-    EraseRecord(it);  // nothing to remember
+    EraseRecord(r);  // nothing to remember
     r = nullptr;
   }
   AfterCall(r);
@@ -363,15 +477,14 @@ bool TieredCache::Insert(ChunkId chunk, Bytes bytes, Tier tier, std::vector<Cach
 }
 
 void TieredCache::Erase(ChunkId chunk, std::vector<CacheMove>* moves) {
-  auto it = chunks_.find(chunk);
-  if (it == chunks_.end()) return;
-  ChunkRecord* r = &it->second;
+  ChunkRecord* r = chunks_->Find(chunk);
+  if (r == nullptr) return;
   if (r->tier != Tier::kSsd) {
     const Tier now = r->tier;
     HeapEntry e = HeapOf(now).Remove(r);
     moves->push_back(CacheMove{chunk, now, Tier::kSsd, e.bytes});
   }
-  EraseRecord(it);
+  EraseRecord(r);
   AfterCall(nullptr);
 }
 
@@ -390,7 +503,7 @@ void TieredCache::AfterCall(const ChunkRecord* touched) {
         "the touched chunk's record disagrees with its heap");
   }
   const std::size_t resident = gpu_->size() + cpu_->size();
-  if (++calls_since_full_check_ >= chunks_.size() || resident < kAlwaysFullCheckBelow) {
+  if (++calls_since_full_check_ >= chunks_->size() || resident < kAlwaysFullCheckBelow) {
     calls_since_full_check_ = 0;
     CheckInvariants();
   }
@@ -403,19 +516,21 @@ void TieredCache::CheckInvariants() const {
   // Index agreement and exclusivity: every heap entry's record is the map's record of that
   // chunk (Check: the record names this heap and slot), and the records naming each tier are
   // exactly as many as the heap's entries, so no chunk is in two heaps or in a heap twice.
-  std::size_t in_gpu = 0, in_cpu = 0;
-  for (const auto& [chunk, record] : chunks_) {
+  std::size_t in_gpu = 0, in_cpu = 0, live = 0;
+  chunks_->ForEach([&](const ChunkRecord& record) {
+    ++live;
     in_gpu += record.tier == Tier::kGpu;
     in_cpu += record.tier == Tier::kCpu;
     KVTIER_CHECK(record.accessed || record.tier != Tier::kSsd,
                  "a record with neither statistics nor a tier was kept");
-  }
+    KVTIER_CHECK(chunks_->Find(record.chunk) == &record, "a record is not where its id says");
+  });
+  KVTIER_CHECK(live == chunks_->size(), "the chunk table miscounts its records");
   KVTIER_CHECK(in_gpu == gpu_->size() && in_cpu == cpu_->size(),
                "records and heaps disagree on how many chunks are cached");
   for (const TierHeap* heap : {gpu_.get(), cpu_.get()}) {
     for (const HeapEntry& e : heap->entries()) {
-      auto it = chunks_.find(e.chunk);
-      KVTIER_CHECK(it != chunks_.end() && &it->second == e.record,
+      KVTIER_CHECK(chunks_->Find(e.chunk) == e.record,
                    "a heap entry points at another chunk's record");
       // Keys are not stale: the priority is what the policy says of the current statistics.
       KVTIER_CHECK(e.priority == policy_->Priority(e.record->stats) &&

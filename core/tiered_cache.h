@@ -26,7 +26,7 @@
 // victim demoted to the CPU, then displaced there by a later victim); its last move is where it
 // is.
 //
-// Not thread-safe. Access is O(log n) with one hash lookup. Capacities and the touched chunk's
+// Not thread-safe. Access is O(log n) with one direct-indexed lookup (no hashing). Capacities and the touched chunk's
 // heap slot are checked with KVTIER_DCHECK after every call; the full CheckInvariants() (O(n))
 // runs after every call while fewer than 32 chunks are resident, and otherwise once per
 // `known chunks` calls (amortised O(1)), so the checks stay on in every build.
@@ -114,18 +114,20 @@ class TieredCache {
   void CheckInvariants() const;
 
  private:
-  // Everything known about one chunk: one hash lookup per call finds its statistics and, while
-  // it is cached, its tier and heap slot (the heaps index chunks through these records, whose
-  // addresses unordered_map keeps stable). A record exists while the chunk has statistics or
-  // is cached; `accessed` is false for a chunk only ever placed by Insert.
+  // Everything known about one chunk: one lookup per call finds its statistics and, while it
+  // is cached, its tier and heap slot (the heaps index chunks through these records, whose
+  // addresses ChunkTable keeps stable). A record exists while the chunk has statistics or is
+  // cached; `accessed` is false for a chunk only ever placed by Insert.
   struct ChunkRecord {
     ChunkId chunk;
     ChunkStats stats;
     bool accessed = false;
+    bool live = false;  // false: a free slot of the ChunkTable
     Tier tier = Tier::kSsd;
     std::size_t heap_pos = 0;  // index in the heap of `tier` (GPU or CPU only)
     Bytes bytes = 0;
   };
+  class ChunkTable;  // ChunkId -> record, indexed directly (tiered_cache.cc)
   struct HeapEntry;  // a resident chunk and its heap key (tiered_cache.cc)
   class TierHeap;    // indexed binary min-heap of one tier (tiered_cache.cc)
 
@@ -145,10 +147,10 @@ class TieredCache {
   // Access with the record found (created if null) and whether it was just created.
   Tier AccessRecord(ChunkRecord* r, bool is_new, ChunkId chunk, Bytes bytes,
                     double important_ratio, std::vector<CacheMove>* moves);
-  // Erases a record from chunks_; every ChunkRef handed out so far stops being current.
-  void EraseRecord(std::unordered_map<ChunkId, ChunkRecord>::iterator it);
+  // Frees a record; every ChunkRef handed out so far stops being current.
+  void EraseRecord(ChunkRecord* r);
 
-  std::unordered_map<ChunkId, ChunkRecord> chunks_;
+  std::unique_ptr<ChunkTable> chunks_;
   std::uint64_t epoch_ = 1;  // bumped whenever a record is erased (ChunkRef validity)
   std::uint64_t tick_ = 0;
   std::size_t calls_since_full_check_ = 0;

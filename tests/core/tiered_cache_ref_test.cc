@@ -51,5 +51,50 @@ TEST(TieredCacheRefTest, AccessWithRefMatchesPlainAccessUnderInsertsEvictionsAnd
   }
 }
 
+// The records are indexed by (segment, layer, kind, index) directly for the dense segment ids
+// RadixTree hands out, and through a hash map for ids beyond the dense range. The same calls
+// with ids spread over the whole ChunkId space (huge segments, layers up to 1020, sparse
+// indices; order-preserving, because the heaps break ties by id) make the same moves.
+TEST(TieredCacheRefTest, SparseAndDenseChunkIdsBehaveAlike) {
+  for (const char* policy : {"lru", "score"}) {
+    TieredCache dense(NewCachePolicy(policy, "test"), TieredCacheOptions{6000, 9000, 0.8});
+    TieredCache sparse(NewCachePolicy(policy, "test"), TieredCacheOptions{6000, 9000, 0.8});
+    auto small = [](std::uint32_t c) { return ChunkId::Make(1 + c / 20, KvKind(c % 3), c % 5, c); };
+    auto huge = [](std::uint32_t c) {
+      return ChunkId::Make(0xF0000000u + c / 20, KvKind(c % 3), (c % 5) * 255, c * 1000);
+    };
+    auto back = [&](ChunkId h) {
+      for (std::uint32_t c = 0; c < 60; ++c) {
+        if (huge(c) == h) return small(c);
+      }
+      return ChunkId{};
+    };
+    std::mt19937 rng(5);
+    std::uniform_int_distribution<std::uint32_t> pick(0, 59);
+    std::uniform_int_distribution<int> what(0, 9);
+    for (int step = 0; step < 5000; ++step) {
+      const std::uint32_t c = pick(rng);
+      const Bytes bytes = Bytes(500 + 100 * (c % 7));
+      std::vector<CacheMove> a, b;
+      const int w = what(rng);
+      if (w == 0) {
+        ASSERT_EQ(dense.Insert(small(c), bytes, Tier::kCpu, &a),
+                  sparse.Insert(huge(c), bytes, Tier::kCpu, &b));
+      } else if (w == 1) {
+        dense.Erase(small(c), &a);
+        sparse.Erase(huge(c), &b);
+      } else {
+        ASSERT_EQ(dense.Access(small(c), bytes, 0.5, &a), sparse.Access(huge(c), bytes, 0.5, &b));
+      }
+      for (CacheMove& m : b) m.chunk = back(m.chunk);
+      ASSERT_EQ(a, b) << policy << " step " << step;
+      ASSERT_EQ(dense.Where(small(c)), sparse.Where(huge(c)));
+      ASSERT_EQ(dense.Stats(small(c)) == nullptr, sparse.Stats(huge(c)) == nullptr);
+    }
+    dense.CheckInvariants();
+    sparse.CheckInvariants();
+  }
+}
+
 }  // namespace
 }  // namespace kvtier
