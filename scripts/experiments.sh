@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Experiments reproducing the SPEC paper's analyses (Figs. 3, 16-18, 21-23) and Cake's §5.2 in
-# kvtier sim; results and the comparison with the papers: docs/paper-comparison.md.
+# Experiments reproducing the SPEC paper's analyses (Figs. 3, 16-18, 21-23) and Cake's §5.2
+# (Figs. 5a, 5b) in kvtier sim; results and the comparison with the papers: docs/paper-comparison.md.
 #
-#   bash scripts/experiments.sh [fig3|fig16|fig18|fig21|fig22|fig23|cake|sens|all] ...
+#   bash scripts/experiments.sh [fig3|fig16|fig18|fig21|fig22|fig23|cake|cake_ctx|sens|all] ...
 #
 # Traces go to $KVTIER_CACHE/exp (default ~/.cache/kvtier/exp), results to
 # $KVTIER_CACHE/results/<experiment>.sqlite (never into git). Sizes are chosen for a 2-core box
@@ -97,10 +97,35 @@ cake() {
   fi
   "$k" sweep --config configs/experiments/cake.ini --workload.trace="$t" \
     --set ssd.read_bw=2Gbps,5Gbps,10Gbps --out "$R/cake.sqlite" -j "$JOBS"
-  sqlite3 -header -column "$R/cake.sqlite" "SELECT s.system, substr(r.config,
-    instr(r.config, 'ssd.read_bw = ') + 14, 7) AS bw, round(s.mean_ttft_s, 2) AS ttft_s,
-    round(s.mean_io_stall_s, 2) AS io_stall_s FROM run_summary s JOIN runs r USING (run_id)
-    ORDER BY bw, s.system"
+  cake_table "$R/cake.sqlite" bw_gbps "CAST(substr(r.config, instr(r.config, 'ssd.read_bw = ') + 14, 3) AS REAL)"
+}
+# Cake Fig. 5b: context length at 10 Gbps; one trace per total context length L (2K-32K tokens:
+# the figure's range, with the 5K-16K of Cake's datasets in between), one kvtier sim per trace.
+cake_ctx() {
+  local db="$R/cake-ctx.sqlite"; rm -f "$db" "$db"-wal "$db"-shm
+  for L in 2048 5120 8192 11264 14336 16384 32768; do
+    local t="$E/cake-ctx-L$L.kvt"
+    if [[ ! -s "$t" || configs/workloads/cake-32k.ini -nt "$t" ]]; then
+      "$k" trace gen --config configs/workloads/cake-32k.ini --doc_tokens $((L - 64)) \
+        --out "$t" --quiet
+    fi
+    "$k" sim --config configs/experiments/cake-ctx.ini --workload.trace="$t" --out "$db" -j "$JOBS"
+  done
+  cake_table "$db" context "max(q.prefix_tokens + q.query_tokens)"
+}
+# cake_table <db> <axis name> <SQL axis over runs r / measured_requests q>: per axis value, mean
+# TTFT of compute-only (recomp), I/O-only (as) and Cake, Cake's reduction against each (%), and
+# Cake's compute/load split (its cake_meet decision).
+cake_table() {
+  sqlite3 -header -column "$1" "WITH x AS (SELECT r.run_id, r.system, $3 AS axis,
+      avg(q.ttft_s) AS ttft FROM runs r JOIN measured_requests q USING (run_id) GROUP BY r.run_id),
+    m AS (SELECT run_id, detail FROM decisions WHERE kind = 'cake_meet' GROUP BY run_id)
+    SELECT a.axis AS $2, round(c.ttft, 3) AS compute_only_s, round(i.ttft, 3) AS io_only_s,
+      round(a.ttft, 3) AS cake_s, round(100 * (1 - a.ttft / c.ttft), 1) AS cake_vs_compute_pct,
+      round(100 * (1 - a.ttft / i.ttft), 1) AS cake_vs_io_pct, m.detail AS cake_split
+    FROM x a LEFT JOIN x c ON c.axis = a.axis AND c.system = 'recomp'
+      LEFT JOIN x i ON i.axis = a.axis AND i.system = 'as' LEFT JOIN m ON m.run_id = a.run_id
+    WHERE a.system = 'cake' ORDER BY a.axis"
 }
 # Sensitivity of the fig16 comparison (OPT-13B): slow compute (FlexGen-like), long queries,
 # cheap PCIe copies, no KV reordering.
@@ -122,8 +147,8 @@ sens() {
 targets=("$@"); [[ ${#targets[@]} -gt 0 ]] || targets=(all)
 for x in "${targets[@]}"; do
   case "$x" in
-    all) fig3; fig16; fig18; fig21; fig22; fig23; cake; sens ;;
-    fig3|fig16|fig18|fig21|fig22|fig23|cake|sens) "$x" ;;
-    *) echo "unknown experiment '$x' (fig3 fig16 fig18 fig21 fig22 fig23 cake sens all)" >&2; exit 2 ;;
+    all) fig3; fig16; fig18; fig21; fig22; fig23; cake; cake_ctx; sens ;;
+    fig3|fig16|fig18|fig21|fig22|fig23|cake|cake_ctx|sens) "$x" ;;
+    *) echo "unknown experiment '$x' (fig3 fig16 fig18 fig21 fig22 fig23 cake cake_ctx sens all)" >&2; exit 2 ;;
   esac
 done
