@@ -342,9 +342,26 @@ void Pipeline::IssueLoads(RequestState& rs, int layer, KvKind kind, const Select
     KVTIER_DCHECK(std::adjacent_find(sel.shared.begin(), sel.shared.end(),
                                      std::greater_equal<>()) == sel.shared.end(),
                   "a shared selection is sorted and unique");
+    // Consecutive tokens mostly share a slot: counting and filling run-wise, with the current
+    // slot's count or write position in a register, keeps consecutive increments of one
+    // counter from waiting on each other through memory (those two loops were ~55% of
+    // IssueLoads' samples in sim_bench's spec profile).
+    constexpr std::uint32_t kNone = 0xFFFFFFFFu;
     count.assign(nslots, 0);
     need_bytes.assign(nslots, 0);
-    for (std::int32_t t : sel.shared) ++count[rs.slot_of[std::size_t(t)]];
+    {
+      std::uint32_t cur = kNone, run = 0;
+      for (std::int32_t t : sel.shared) {
+        const std::uint32_t s = rs.slot_of[std::size_t(t)];
+        if (s != cur) {
+          if (cur != kNone) count[cur] += run;
+          cur = s;
+          run = 0;
+        }
+        ++run;
+      }
+      if (cur != kNone) count[cur] += run;
+    }
     offset.resize(nslots + 1);
     offset[0] = 0;
     for (std::size_t s = 0; s < nslots; ++s) {
@@ -353,9 +370,18 @@ void Pipeline::IssueLoads(RequestState& rs, int layer, KvKind kind, const Select
     }
     flat.resize(offset[nslots]);
     std::fill(count.begin(), count.end(), 0);
-    for (std::int32_t t : sel.shared) {
-      const std::uint32_t s = rs.slot_of[std::size_t(t)];
-      flat[offset[s] + count[s]++] = rs.row_of[std::size_t(t)];
+    {
+      std::uint32_t cur = kNone, pos = 0;
+      for (std::int32_t t : sel.shared) {
+        const std::uint32_t s = rs.slot_of[std::size_t(t)];
+        if (s != cur) {
+          if (cur != kNone) count[cur] = pos - offset[cur];
+          cur = s;
+          pos = offset[s] + count[s];
+        }
+        flat[pos++] = rs.row_of[std::size_t(t)];
+      }
+      if (cur != kNone) count[cur] = pos - offset[cur];
     }
     for (std::size_t s = 0; s < nslots; ++s) {
       auto b = flat.begin() + offset[s], e = b + count[s];

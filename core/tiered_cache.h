@@ -26,10 +26,12 @@
 // victim demoted to the CPU, then displaced there by a later victim); its last move is where it
 // is.
 //
-// Not thread-safe. Access is O(log n) with one direct-indexed lookup (no hashing). Capacities and the touched chunk's
-// heap slot are checked with KVTIER_DCHECK after every call; the full CheckInvariants() (O(n))
-// runs after every call while fewer than 32 chunks are resident, and otherwise once per
-// `known chunks` calls (amortised O(1)), so the checks stay on in every build.
+// Not thread-safe. Access is O(log n) with one direct-indexed lookup (no hashing); a heap key
+// that rises is re-sifted lazily, when it reaches the top (TierHeap::Update), which changes no
+// outcome. Capacities are checked with KVTIER_DCHECK after every call and the touched chunk's
+// heap slot after every 64th; the full CheckInvariants() (O(n)) runs after every call while
+// fewer than 32 chunks are resident, and otherwise once per `known chunks` calls (amortised
+// O(1)), so the checks stay on in every build.
 
 #include <cstddef>
 #include <cstdint>
@@ -121,6 +123,7 @@ class TieredCache {
   struct ChunkRecord {
     ChunkId chunk;
     ChunkStats stats;
+    double priority = 0;  // the policy's priority of `stats`, kept current
     bool accessed = false;
     bool live = false;  // false: a free slot of the ChunkTable
     Tier tier = Tier::kSsd;
