@@ -18,6 +18,7 @@
 #include "core/options.h"
 #include "core/units.h"
 #include "models/cost_model.h"
+#include "models/layer_table.h"
 
 namespace kvtier::cli {
 namespace {
@@ -152,6 +153,11 @@ int RunModel(const Args& args) {
               hw.gpu_flops / 1e12, hw.gpu_efficiency, FormatBandwidth(hw.gpu_mem_bw).c_str(),
               FormatDuration(hw.gpu_kernel_overhead).c_str(),
               FormatBandwidth(hw.ssd_read_bw).c_str(), FormatBandwidth(hw.pcie_h2d_bw).c_str());
+  // The roofline, corrected by the profile's measured layer table when it names one.
+  const ComputeTimer timer = ComputeTimer::FromOptions(m, hw);
+  if (timer.has_table()) {
+    std::printf("  compute: the measured layer table %s\n", hw.gpu_layer_table.c_str());
+  }
   std::printf("\nRecompute the whole prefix (all layers + LM head) vs load its full KV:\n");
   std::printf("%8s %12s %10s %14s %13s %13s %12s\n", "tokens", "KV", "TFLOP", "recompute ms",
               "SSD load ms", "CPU load ms", "recomp/SSD");
@@ -162,7 +168,10 @@ int RunModel(const Args& args) {
     op.new_tokens = n;
     op.context_tokens = n;
     const double tflop = (ComputeCost(m, op).Flops() + head.Flops()) / 1e12;
-    const Seconds recompute = PrefixRecomputeSeconds(m, hw, n);
+    ComputeOp output;
+    output.kind = ComputeKind::kOutputLayer;
+    output.new_tokens = output.context_tokens = 1;
+    const Seconds recompute = timer.OpSeconds(op) + timer.OpSeconds(output);
     const Bytes bytes = static_cast<Bytes>(n) * kv.per_token;
     // Loads are bandwidth-bound streams: SSD -> CPU at ssd.read_bw (the PCIe hop behind it is
     // faster on both profiles and pipelined), CPU -> GPU at pcie.h2d_bw.

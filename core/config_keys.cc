@@ -59,7 +59,7 @@ constexpr KeySpec kKeys[] = {
     {"gpu.mem_bw", K::kBandwidth, "2TB/s", nullptr, "HBM bandwidth"},
     {"gpu.kernel_overhead", K::kDuration, "20us", nullptr, "fixed cost per layer step"},
     {"gpu.concurrent_prefills", K::kInt, "1", nullptr, "prefills the GPU serves at once"},
-    {"gpu.layer_table", K::kPath, "", nullptr, "measured per-layer times (CSV) instead of roofline"},
+    {"gpu.layer_table", K::kPath, "", nullptr, "measured per-layer-step times (CSV) that correct the roofline; relative to the file setting it"},
 
     // [system] — configs/systems/*.ini; every technique is a switch.
     {"system.name", K::kString, "custom", nullptr, "system name stored with every run"},

@@ -1,5 +1,10 @@
 #include "core/options.h"
 
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+
 #include "core/errors.h"
 
 namespace kvtier {
@@ -16,6 +21,26 @@ int PositiveInt(const Config& c, const char* key) {
 double Positive(const Config& c, const char* key, double v) {
   if (!(v > 0)) throw ConfigError(c.Where(key) + ": must be > 0");
   return v;
+}
+
+// A path key's value with "~/" expanded and a relative path made relative to the directory of
+// the file that set it (origin "file:line"); set on the command line, relative to the working
+// directory. So a hardware profile can name a file that sits next to it.
+std::string ResolvePathKey(const Config& c, const char* key) {
+  std::string value = c.GetString(key);
+  if (value.empty()) return value;
+  if (const char* home = std::getenv("HOME"); home && value.rfind("~/", 0) == 0) {
+    value = std::string(home) + value.substr(1);
+  }
+  if (std::filesystem::path(value).is_absolute()) return value;
+  const std::string& origin = c.Get(key).origin;
+  const auto colon = origin.rfind(':');
+  if (colon == std::string::npos || colon + 1 == origin.size() ||
+      !std::all_of(origin.begin() + colon + 1, origin.end(),
+                   [](unsigned char ch) { return std::isdigit(ch); })) {
+    return value;  // command line or default
+  }
+  return (std::filesystem::path(origin.substr(0, colon)).parent_path() / value).string();
 }
 
 }  // namespace
@@ -71,7 +96,7 @@ HardwareOptions BuildHardwareOptions(const Config& c) {
   h.gpu_mem_bw = Positive(c, "gpu.mem_bw", c.GetBandwidth("gpu.mem_bw"));
   h.gpu_kernel_overhead = c.GetDuration("gpu.kernel_overhead");
   h.gpu_concurrent_prefills = PositiveInt(c, "gpu.concurrent_prefills");
-  h.gpu_layer_table = c.GetString("gpu.layer_table");
+  h.gpu_layer_table = ResolvePathKey(c, "gpu.layer_table");
   return h;
 }
 

@@ -30,7 +30,8 @@ struct HardwareOptions {
   double gpu_mem_bw = 2e12;
   Seconds gpu_kernel_overhead = 20e-6;
   int gpu_concurrent_prefills = 1;
-  std::string gpu_layer_table;     // path, empty = roofline
+  std::string gpu_layer_table;     // path (relative ones resolved against the file that set
+                                   // the key), empty = roofline; models/layer_table.h
 };
 
 enum class SelectPolicy { kAll, kH2o };

@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -17,7 +18,8 @@
 #include "hw/chunk_store.h"
 #include "hw/host_compute.h"
 #include "hw/posix_util.h"
-#include "models/cost_model.h"
+#include "core/errors.h"
+#include "models/layer_table.h"
 
 #if KVTIER_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -218,6 +220,7 @@ struct HwExecutor::Impl {
 
   ModelSpec model;
   HardwareOptions hardware;
+  std::optional<ComputeTimer> timer;  // modeled compute: cost model (+ gpu.layer_table)
   HwExecutorOptions opt;
   DeviceBackend backend = DeviceBackend::kHost;
   Bytes slot_bytes = 0;
@@ -678,7 +681,7 @@ struct HwExecutor::Impl {
     if (opt.compute == ComputeMode::kReal) {
       host_compute->Run(op->c);
     } else {
-      const Seconds d = ComputeSeconds(model, hardware, op->c);
+      const Seconds d = timer->OpSeconds(op->c);
       SleepUntilNs(start_ns + std::int64_t(d * 1e9));
     }
     const Seconds end = Now();
@@ -842,6 +845,11 @@ Status HwExecutor::Create(const ModelSpec& model, const HardwareOptions& hardwar
   m.model = model;
   m.hardware = hardware;
   m.opt = options;
+  try {
+    m.timer.emplace(ComputeTimer::FromOptions(model, hardware));
+  } catch (const ConfigError& e) {
+    return Status::InvalidArgument(std::string("gpu.layer_table: ") + e.what());
+  }
   if (options.store_dir.empty()) return Status::InvalidArgument("hw: no chunk store directory");
   if (options.chunk_tokens < 1) return Status::InvalidArgument("hw: chunk_tokens must be >= 1");
 

@@ -16,7 +16,8 @@
 //              buffer), paced to pcie.h2d_bw / pcie.d2h_bw plus pcie.latency per copy when
 //              `pace_pcie` (pacing can only slow a copy down). cuda backend: cudaMemcpyAsync on
 //              a dedicated stream from pinned arenas, timed with CUDA events.
-//   compute    host backend: `modeled` sleeps the cost model's duration (ComputeSeconds), `real`
+//   compute    host backend: `modeled` sleeps the cost model's duration (ComputeTimer of
+//              models/layer_table.h: the roofline, or the measured gpu.layer_table), `real`
 //              runs Eigen GEMMs and attention at the model's shapes (random weights). cuda
 //              backend: cuBLAS GEMMs at the model's shapes plus the attention kernel.
 //
@@ -96,7 +97,8 @@ Status CheckChunkContent(ChunkId id, Bytes length, const std::byte* data, bool f
 class HwExecutor : public Executor {
  public:
   // Opens the chunk store, the I/O engine, the arenas and the workers. `hardware` gives the
-  // link rates for pacing and the cost model for modeled compute.
+  // link rates for pacing and the cost model for modeled compute (with its gpu.layer_table;
+  // a missing or bad table is InvalidArgument).
   static Status Create(const ModelSpec& model, const HardwareOptions& hardware,
                        const HwExecutorOptions& options, std::unique_ptr<HwExecutor>* out);
   ~HwExecutor() override;

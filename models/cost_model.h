@@ -1,9 +1,10 @@
 #pragma once
 // Cost model: FLOPs and HBM bytes of the compute steps a prefill or decode runs, derived from
 // a ModelSpec alone, and a roofline duration for them on a HardwareOptions profile. The
-// simulator's executor turns every ComputeOp into a duration with ComputeSeconds; `kvtier
-// model` uses the same functions to compare recomputing a prefix with loading its KV (the
-// trade-off of SPEC Fig. 3). Pure functions of their arguments; thread-safe.
+// executors turn every ComputeOp into a duration with ComputeTimer (models/layer_table.h),
+// which is ComputeSeconds unless the profile names a measured layer table; `kvtier model`
+// uses these functions to compare recomputing a prefix with loading its KV (the trade-off of
+// SPEC Fig. 3). Pure functions of their arguments; thread-safe.
 //
 // Conventions (the tests in tests/models/cost_model_test.cc check them by hand calculation):
 //   - n = tokens whose hidden states are computed ("new"), m = tokens attended to, m >= n:
@@ -99,8 +100,9 @@ Seconds RooflineSeconds(const WorkCost& cost, const HardwareOptions& hw);
 
 // Duration of `op` on `hw`: for each layer step, RooflineSeconds of that step's work plus
 // gpu.kernel_overhead (the key table documents it as a fixed cost per layer step, so an
-// all-layer op pays it once per layer). Ignores gpu.layer_table (measured tables are read by
-// the executors that use them). REQUIRES: as ComputeCost.
+// all-layer op pays it once per layer). Pure roofline: ignores gpu.layer_table; the executors
+// time ops with ComputeTimer (models/layer_table.h), which corrects this with a measured table
+// when the profile names one. REQUIRES: as ComputeCost.
 Seconds ComputeSeconds(const ModelSpec& model, const HardwareOptions& hw, const ComputeOp& op);
 
 // Time to recompute a whole prefix of `tokens` tokens from scratch: a kChunkPrefill of all

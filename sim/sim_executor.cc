@@ -6,9 +6,10 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <optional>
 
 #include "core/check.h"
-#include "models/cost_model.h"
+#include "models/layer_table.h"
 
 namespace sg4 = simgrid::s4u;
 
@@ -17,6 +18,7 @@ namespace kvtier::sim {
 struct SimExecutor::Impl {
   ModelSpec model;
   HardwareOptions hw;
+  std::optional<ComputeTimer> timer;  // the cost model, with gpu.layer_table when set
   std::unique_ptr<sg4::Engine> engine;
   sg4::Host* ssd = nullptr;
   sg4::Host* ssd_bg = nullptr;  // endpoint of rate-limited background SSD traffic
@@ -178,14 +180,21 @@ void SimExecutor::Impl::PumpOne() {
 }
 
 SimExecutor::SimExecutor(const ModelSpec& model, const HardwareOptions& hardware)
+    : SimExecutor(model, hardware, ComputeTimer::FromOptions(model, hardware)) {}
+
+SimExecutor::SimExecutor(const ModelSpec& model, const HardwareOptions& hardware,
+                         ComputeTimer timer)
     : impl_(std::make_unique<Impl>()) {
   impl_->model = model;
   impl_->hw = hardware;
+  impl_->timer.emplace(std::move(timer));
   impl_->activities = &activities_;
   impl_->BuildPlatform();
 }
 
 SimExecutor::~SimExecutor() = default;
+
+const ComputeTimer& SimExecutor::compute_timer() const { return *impl_->timer; }
 
 void SimExecutor::Run(std::function<void()> body) {
   std::exception_ptr error;
@@ -252,7 +261,7 @@ OpId SimExecutor::Submit(TransferOp op, std::span<const OpId> after) {
 OpId SimExecutor::Submit(ComputeOp op, std::span<const OpId> after) {
   Impl::Op rec;
   rec.is_transfer = false;
-  rec.amount = ComputeSeconds(impl_->model, impl_->hw, op);
+  rec.amount = impl_->timer->OpSeconds(op);
   const OpId id = impl_->next++;
   rec.times.submit_s = Now();
   impl_->ops.emplace(id, std::move(rec));

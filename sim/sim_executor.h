@@ -5,7 +5,8 @@
 //                   shared `ssd_rw` link (reads and writes share the device, like DiskS19);
 //   H2D / D2H       a comm cpu<->gpu over the split-duplex `pcie` link;
 //   CPU gather      an exec on the `cpu` host (speed = gather bandwidth, flops = bytes);
-//   compute         an exec on the `gpu` host (speed 1, flops = seconds from the cost model).
+//   compute         an exec on the `gpu` host (speed 1, flops = seconds from the cost model,
+//                   corrected by the measured gpu.layer_table when set: models/layer_table.h).
 // Per-I/O costs are charged as equivalent bytes on the same resource, so they also occupy it
 // under contention: an SSD op of `ios` I/Os at queue depth QD costs ceil(ios/QD) * ssd.latency,
 // a PCIe op `ios` * pcie.latency. Alone, an op of b bytes takes exactly b/bw + that latency.
@@ -28,13 +29,18 @@
 #include "core/executor.h"
 #include "core/model_spec.h"
 #include "core/options.h"
+#include "models/layer_table.h"
 
 namespace kvtier::sim {
 
 class SimExecutor : public Executor {
  public:
   // Creates the SimGrid engine and platform. REQUIRES: no other SimExecutor in this process.
+  // Reads hardware.gpu_layer_table when set; throws ConfigError (before creating the engine)
+  // when that table is missing or bad.
   SimExecutor(const ModelSpec& model, const HardwareOptions& hardware);
+  // Same, with compute timed by `timer` (built from the same model and hardware).
+  SimExecutor(const ModelSpec& model, const HardwareOptions& hardware, ComputeTimer timer);
   ~SimExecutor() override;
 
   // Runs `body` as the one driving actor and returns when the simulation has ended (every
@@ -55,6 +61,8 @@ class SimExecutor : public Executor {
   void Drain();
 
   std::uint64_t activities_started() const { return activities_; }
+  // What times compute ops (the roofline, or the measured table).
+  const ComputeTimer& compute_timer() const;
 
  private:
   struct Impl;

@@ -1,6 +1,7 @@
 #include "sim/simulate.h"
 
 #include <chrono>
+#include <cstdio>
 #include <optional>
 #include <sstream>
 
@@ -22,10 +23,15 @@ SimulationResult RunSimulation(const Config& config, const std::string& trace_pa
     throw ConfigError(config.Where("gpu.concurrent_prefills") +
                       ": the simulator serves one prefill at a time; only 1 is supported");
   }
-  if (!opts.hardware.gpu_layer_table.empty()) {
-    throw ConfigError(config.Where("gpu.layer_table") +
-                      ": measured layer tables are not supported by this version; remove the key "
-                      "to use the roofline cost model");
+  // Read the measured layer table (if any) before touching the output: a bad one is exit 2.
+  std::optional<ComputeTimer> timer;
+  try {
+    timer.emplace(ComputeTimer::FromOptions(opts.model, opts.hardware));
+  } catch (const ConfigError& e) {
+    throw ConfigError(config.Where("gpu.layer_table") + ": " + e.what());
+  }
+  if (const std::string note = timer->MissingKindsNote(); !note.empty()) {
+    std::fprintf(stderr, "kvtier sim: %s\n", note.c_str());
   }
 
   // Open and check the trace before touching the output.
@@ -39,8 +45,7 @@ SimulationResult RunSimulation(const Config& config, const std::string& trace_pa
   std::unique_ptr<RunLog> db_log = db.NewRunLog(run_id, config.GetBool("log.transfers"));
   RunLog& log = *db_log;
 
-
-  SimExecutor executor(opts.model, opts.hardware);
+  SimExecutor executor(opts.model, opts.hardware, std::move(*timer));
   TraceScoreSource scores(header, opts.model, none_model);
   PipelineOptions popts;
   popts.system = opts.system;
@@ -92,7 +97,7 @@ SimulationResult RunSimulation(const Config& config, const std::string& trace_pa
   log.LogMetric("simulated_s", result.simulated_s);
   log.LogMetric("wall_s", result.wall_s);
   log.LogMetric("activities", double(result.activities));
-  log.Flush();
+  log.Close();  // writes the last batch; throws (run stays incomplete) if it cannot
   db_log.reset();
   db.EndRun(run_id, result.wall_s, true, error.empty() ? "ok" : error);
   return result;

@@ -114,6 +114,31 @@ TEST_F(SimCliTest, BadInputExitsTwoAndNamesTheProblem) {
   EXPECT_NE(r.err.find("--out"), std::string::npos) << r.err;
 }
 
+// gpu.layer_table: a bad table stops `kvtier sim` before it runs (exit 2, naming the file and
+// line); a good one runs, and the kinds it lacks are named on stderr.
+TEST_F(SimCliTest, LayerTableBadFileExitsTwoAndGoodOneRuns) {
+  const std::string e = Experiment(Trace(4));
+  const std::string db = (dir_ / "r.sqlite").string();
+  const std::string header = "# model = opt-13b\nkind,new_tokens,context_tokens,heads,seconds\n";
+  const std::string bad = Write("bad.csv", header + "layer_prefill,64,512,0,-3ms\n");
+  Result r = Run("sim --config " + e + " --out " + db + " --systems as --gpu.layer_table=" + bad);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("bad.csv:3: column 5 (seconds)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("gpu.layer_table"), std::string::npos) << r.err;
+
+  r = Run("sim --config " + e + " --out " + db + " --systems as --gpu.layer_table=" +
+          (dir_ / "missing.csv").string());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("missing.csv"), std::string::npos) << r.err;
+
+  const std::string good = Write("good.csv", header + "layer_prefill,64,512,0,3ms\n");
+  r = Run("sim --config " + e + " --out " + db + " --systems as --gpu.layer_table=" + good);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("no rows for probe_scores, full_scores, output_layer, decode_layer"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST_F(SimCliTest, SweepRunsTheGridAndResumes) {
   const std::string e = Experiment(Trace(6));
   const std::string db = (dir_ / "s.sqlite").string();

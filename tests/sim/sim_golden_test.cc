@@ -4,10 +4,15 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <numeric>
 
 #include "core/pipeline.h"
 #include "models/cost_model.h"
+#include "models/layer_table.h"
 #include "sim/sim_executor.h"
 #include "tests/testutil/scripted_scores.h"
 
@@ -81,6 +86,73 @@ TEST(SimGolden, OneLayerAsRequestFromSsd) {
   EXPECT_EQ(q.ssd_read_bytes, 32768u);
   EXPECT_EQ(q.pcie_h2d_bytes, 32768u);
   EXPECT_EQ(q.ssd_read_chunks, 4);
+}
+
+// gpu.layer_table: a one-layer model recomputing one request (prefix 128 + query 1: one
+// layer_prefill of n = m = 129, then the output layer) takes exactly the table's times,
+// whatever the roofline says. Each test builds one SimGrid engine (one per process).
+double RecomputeTtftWithTable(const std::string& rows) {
+  ModelSpec m;
+  m.name = "golden";
+  m.family = ModelFamily::kLlama;
+  m.layers = 1;
+  m.hidden = 64;
+  m.heads = 4;
+  m.kv_heads = 4;
+  m.head_dim = 16;
+  m.ffn = 128;
+  m.vocab = 1000;
+  m.max_context = 4096;
+  const std::filesystem::path csv = std::filesystem::temp_directory_path() /
+                                    ("kvtier_golden_layers_" + std::to_string(::getpid()) + ".csv");
+  std::ofstream(csv) << "# model = golden\nkind,new_tokens,context_tokens,heads,seconds\n" << rows;
+  HardwareOptions hw;
+  hw.gpu_layer_table = csv.string();
+  SystemOptions sys;
+  sys.name = "recomp";
+  sys.reuse = false;
+  sys.chunk_tokens = 64;
+  sys.cache.gpu_capacity = 0;
+  sys.cache.cpu_capacity = 0;
+  sys.store_new = false;
+  PipelineOptions options;
+  options.system = sys;
+  SimExecutor ex(m, hw);
+  std::filesystem::remove(csv);
+  testing::ScriptedScores scores([](const Request&, int, int, std::int64_t) { return 1.0f; });
+  MemoryRunLog log;
+  Pipeline p(m, options, &ex, &scores, &log);
+  Request r;
+  r.id = 1;
+  r.prefix.resize(128);
+  std::iota(r.prefix.begin(), r.prefix.end(), 1);
+  r.query_tokens = 1;
+  ex.Run([&] {
+    p.Run(r);
+    p.Finish();
+  });
+  EXPECT_EQ(log.requests.size(), 1u);
+  return log.requests.empty() ? -1.0 : log.requests[0].ttft_s;
+}
+
+TEST(SimGolden, OneLayerRecomputeTakesTheMeasuredTableTimes) {
+  EXPECT_NEAR(RecomputeTtftWithTable("layer_prefill,129,129,0,0.002\noutput_layer,1,1,0,500us\n"),
+              0.0025, 1e-12);
+}
+
+// Without an output_layer row that step falls back to the roofline exactly.
+TEST(SimGolden, TableWithoutOutputRowUsesTheRooflineForIt) {
+  ModelSpec m;
+  m.layers = 1;
+  m.hidden = 64;
+  m.vocab = 1000;
+  m.family = ModelFamily::kLlama;
+  ComputeOp output;
+  output.kind = ComputeKind::kOutputLayer;
+  output.new_tokens = 1;
+  output.context_tokens = 1;
+  EXPECT_NEAR(RecomputeTtftWithTable("layer_prefill,129,129,0,0.002\n"),
+              0.002 + ComputeSeconds(m, HardwareOptions{}, output), 1e-12);
 }
 
 }  // namespace
