@@ -367,7 +367,94 @@ std::string ProfileIni(const CalibrateOptions& o, const CalibrateResult& r) {
   }
   s += "mem_bw = " + Fmt("%.4fGB/s", r.mem_bw / 1e9) + "\nkernel_overhead = " +
        Fmt("%.3fus", r.kernel_overhead_s * 1e6) + "\nconcurrent_prefills = 1\n";
+  if (!o.layer_table.empty()) {
+    s += "; measured per-layer-step times of the host backend's real compute (kvtier calibrate\n"
+         "; --layer-table); relative to this file; they are for one model only\n"
+         "layer_table = " + o.layer_table + "\n";
+  }
   return s;
+}
+
+Status MeasureLayerTable(const ModelSpec& model, int probe_heads, bool quick,
+                         double step_overhead_s, LayerTable* out) {
+  LayerTable t;
+  HostCompute compute(model);
+  const int reps = quick ? 1 : 3;
+  const int heads = std::clamp(probe_heads, 1, model.kv_heads);
+  auto time_op = [&](const ComputeOp& op) {
+    compute.Run(op);  // warm-up: allocates the keys/values and the LM head at this size
+    std::vector<double> s;
+    for (int i = 0; i < reps; ++i) {
+      const std::int64_t t0 = MonotonicNowNs();
+      compute.Run(op);
+      s.push_back(Seconds(t0, MonotonicNowNs()));
+    }
+    return Median(s) + step_overhead_s;
+  };
+  auto add = [&](LayerStepKind kind, std::int64_t n, std::int64_t m, int h) {
+    if (m > model.max_context) return;
+    ComputeOp op;
+    op.new_tokens = n;
+    op.context_tokens = m;
+    op.heads = h;
+    switch (kind) {
+      case LayerStepKind::kLayerPrefill:
+      case LayerStepKind::kDecodeLayer:
+        op.kind = ComputeKind::kLayerPrefill;
+        break;
+      case LayerStepKind::kProbeScores:
+        op.kind = ComputeKind::kProbeScores;
+        break;
+      case LayerStepKind::kFullScores:
+        op.kind = ComputeKind::kFullScores;
+        break;
+      case LayerStepKind::kOutputLayer:
+        op.kind = ComputeKind::kOutputLayer;
+        break;
+    }
+    LayerTablePoint p;
+    p.kind = kind;
+    p.new_tokens = n;
+    p.context_tokens = m;
+    p.heads = h;
+    p.seconds = time_op(op);
+    t.points.push_back(p);
+  };
+  const std::vector<std::int64_t> news =
+      quick ? std::vector<std::int64_t>{32, 256} : std::vector<std::int64_t>{32, 128, 512};
+  const std::vector<std::int64_t> kept =
+      quick ? std::vector<std::int64_t>{0, 1024} : std::vector<std::int64_t>{0, 512, 2048};
+  for (std::int64_t n : news) {
+    for (std::int64_t k : kept) add(LayerStepKind::kLayerPrefill, n, n + k, 0);
+  }
+  for (std::int64_t m :
+       quick ? std::vector<std::int64_t>{256, 2048} : std::vector<std::int64_t>{128, 1024, 4096}) {
+    add(LayerStepKind::kDecodeLayer, 1, m, 0);
+  }
+  const std::vector<std::int64_t> score_n =
+      quick ? std::vector<std::int64_t>{32, 256} : std::vector<std::int64_t>{32, 512};
+  const std::vector<std::int64_t> score_m =
+      quick ? std::vector<std::int64_t>{512, 2048} : std::vector<std::int64_t>{512, 4096};
+  for (std::int64_t n : score_n) {
+    for (std::int64_t m : score_m) {
+      add(LayerStepKind::kProbeScores, n, m, heads);
+      add(LayerStepKind::kFullScores, n, m, 0);
+    }
+  }
+  add(LayerStepKind::kOutputLayer, 1, 1, 0);
+
+  char host[256] = "unknown";
+  ::gethostname(host, sizeof host - 1);
+  char date[32];
+  std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  t.meta["model"] = model.name;
+  t.meta["source"] = std::string("kvtier calibrate ") + date + " on " + host +
+                     ": host backend real compute (Eigen fp32, one thread), median of " +
+                     std::to_string(reps) + (quick ? " (--quick)" : "") + ", plus " +
+                     Fmt("%.3fus", step_overhead_s * 1e6) + " per-op hand-off";
+  *out = std::move(t);
+  return Status::OK();
 }
 
 }  // namespace kvtier::hw

@@ -19,11 +19,29 @@
 //   gpu.mem_bw       host: memcpy bandwidth; cuda: device-to-device copy
 //   gpu.kernel_overhead  host: median hand-off round trip to a worker thread (per op)
 // `quick` shrinks every measurement (a few seconds, for tests). Not thread-safe.
+//
+// MeasureLayerTable (`kvtier calibrate --config X --layer-table`) times the host backend's real
+// compute (HostCompute: what `hw.compute = real` runs, Eigen fp32, one thread) per layer step on
+// a small grid for the experiment's model, and returns it as a measured layer table
+// (models/layer_table.h) that ComputeTimer interpolates between the points:
+//   layer_prefill  n in {32, 128, 512} x kept prefix {0, 512, 2048} (m = n + kept)
+//   decode_layer   m in {128, 1024, 4096} (one layer of a decode step)
+//   probe_scores   `probe_heads` KV heads, n in {32, 512} x m in {512, 4096}
+//   full_scores    all KV heads, same grid
+//   output_layer   one position
+// (quick: two values per axis, smaller). Points beyond model.max_context are skipped. Each
+// point is one untimed warm-up run then the median of `reps` timed runs, plus
+// `step_overhead_s` (the per-op hand-off gpu.kernel_overhead measures), so a table row is
+// what that step costs the host backend's executor. Heavy for large models: a 13B layer
+// takes seconds per point on a small machine, and the weights of one layer plus the LM head
+// are allocated in fp32.
 
 #include <cstdint>
 #include <string>
 
+#include "core/model_spec.h"
 #include "core/status.h"
+#include "models/layer_table.h"
 
 namespace kvtier::hw {
 
@@ -35,6 +53,7 @@ struct CalibrateOptions {
   std::uint64_t row_bytes = 384;  // gather row size (one token's K of one layer)
   bool quick = false;
   bool allow_buffered = false;    // measure a file system without O_DIRECT (recorded in source)
+  std::string layer_table;        // [gpu] layer_table the profile names (a CSV beside it); "" none
 };
 
 struct CalibrateResult {
@@ -54,5 +73,10 @@ Status Calibrate(const CalibrateOptions& options, CalibrateResult* out);
 
 // The profile INI text ([hardware] name/source, [ssd], [cpu], [pcie], [gpu]).
 std::string ProfileIni(const CalibrateOptions& options, const CalibrateResult& r);
+
+// See the file comment. `probe_heads` is clamped to [1, kv_heads]. Fills `out` (points and the
+// `model`/`source` meta lines).
+Status MeasureLayerTable(const ModelSpec& model, int probe_heads, bool quick,
+                         double step_overhead_s, LayerTable* out);
 
 }  // namespace kvtier::hw

@@ -4,7 +4,7 @@ kvtier_add_test(NAME hw_executor_test SOURCES hw_executor_test.cc
                 LIBS kvtier_hw kvtier_testutil LABELS unit)
 kvtier_add_test(NAME hw_executor_gpu_test SOURCES hw_executor_gpu_test.cc
                 LIBS kvtier_hw kvtier_testutil LABELS gpu)
-kvtier_add_test(NAME hw_cli_test SOURCES hw_cli_test.cc LIBS kvtier_core LABELS unit)
+kvtier_add_test(NAME hw_cli_test SOURCES hw_cli_test.cc LIBS kvtier_core kvtier_cost LABELS unit)
 kvtier_add_test(NAME hw_run_test SOURCES hw_run_test.cc LIBS kvtier_core kvtier_results LABELS slow)
 foreach(t hw_cli_test hw_run_test)
   add_dependencies(${t} kvtier)

@@ -7,6 +7,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/config.h"
+#include "core/options.h"
+#include "models/layer_table.h"
 #include "tests/hw/hw_test_util.h"
 
 namespace kvtier::hw {
@@ -40,6 +43,45 @@ TEST(KvtierCalibrate, QuickProfileIsAValidHardwareInclude) {
   out.clear();
   ASSERT_EQ(RunCmd(Kvtier() + " config --config " + exp + " --check", &out), 0) << out;
   EXPECT_NE(out.find("ok"), std::string::npos) << out;
+}
+
+// --layer-table: the host backend's real compute timed per layer step for the --config model,
+// written beside the profile, named by its [gpu] layer_table, and read back by the timer.
+TEST(KvtierCalibrate, LayerTableIsWrittenBesideTheProfileAndLoads) {
+  testing::ScratchDir dir;
+  const std::string exp = dir.path() + "/exp.ini";
+  std::ofstream(exp) << "[include]\nmodel = smollm2-135m\nsystem = spec\n[itf]\nprobe_heads = 2\n";
+  const std::string ini = dir.path() + "/hardware/box.ini";
+  std::string out;
+  ASSERT_EQ(RunCmd(Kvtier() + " calibrate --quick --block 65536 --config " + exp +
+                       " --layer-table --out " + ini,
+                   &out),
+            0)
+      << out;
+  std::ifstream f(ini);
+  std::stringstream text;
+  text << f.rdbuf();
+  EXPECT_NE(text.str().find("layer_table = box.layers.csv"), std::string::npos) << text.str();
+  const LayerTable table = ReadLayerTable(dir.path() + "/hardware/box.layers.csv");
+  EXPECT_EQ(table.meta.at("model"), "smollm2-135m");
+  bool kinds[kLayerStepKinds] = {};
+  for (const LayerTablePoint& p : table.points) kinds[static_cast<int>(p.kind)] = true;
+  for (bool k : kinds) EXPECT_TRUE(k);
+  // The profile with its table is a valid include, and the experiment's timer reads it.
+  const std::string run = dir.path() + "/run.ini";
+  std::ofstream(run) << "[include]\nmodel = smollm2-135m\nhardware = " << ini
+                     << "\nsystem = spec\n";
+  const ExperimentOptions o = BuildOptions(Config::Load(run, {}));
+  const ComputeTimer timer = ComputeTimer::FromOptions(o.model, o.hardware);
+  EXPECT_TRUE(timer.has_table());
+  EXPECT_TRUE(timer.MissingKinds().empty());
+  // Without --config there is no model to measure.
+  out.clear();
+  EXPECT_EQ(RunCmd(Kvtier() + " calibrate --quick --layer-table --out " + dir.path() + "/x.ini",
+                   &out),
+            2)
+      << out;
+  EXPECT_NE(out.find("--config"), std::string::npos) << out;
 }
 
 TEST(KvtierCalibrate, RejectsBadArguments) {
