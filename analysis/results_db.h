@@ -1,9 +1,10 @@
 #pragma once
 // ResultsDb: the SQLite file both modes write (schema: analysis/schema.sql, documented in
 // analysis/SCHEMA.md). A run is a row in `runs` created with complete = 0; its requests,
-// layers, transfers and decisions are written by SqliteRunLog in one transaction per request
-// (RunLog::Flush), with WAL journaling, so a killed run leaves a consistent file whose run is
-// marked incomplete (status 'running'). Several processes may write one file (sweeps): writes
+// layers, transfers and decisions are buffered by SqliteRunLog and written in batches (every
+// 256 requests or second, and at RunLog::Close), each one short transaction, with WAL
+// journaling, so a killed run leaves a consistent file whose run is marked incomplete (status
+// 'running'). Several processes may write one file (sweeps): writes
 // wait on the lock (busy timeout) instead of failing.
 //
 // Errors opening or writing the file are InputErrors naming the path (exit 2 in the CLI).

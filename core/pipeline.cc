@@ -711,10 +711,14 @@ Status Pipeline::RunLayers(RequestState& rs) {
       lr.itf_similarity = d.similarity;
       lr.itf_threshold = d.threshold;
       lr.itf_fallback = d.fallback;
-      log_->LogDecision({rs.req->id, l, "itf", 0,
-                         std::string(d.fallback ? "fallback" : "pass") + " s=" +
-                             Fixed(d.similarity) + " t=" + Fixed(d.threshold),
-                         false});
+      // The layers row holds the same (itf_similarity, itf_threshold, itf_fallback); the
+      // decision row, with its formatted detail, only with the per-chunk decisions.
+      if (options_.log_chunk_decisions) {
+        log_->LogDecision({rs.req->id, l, "itf", 0,
+                           std::string(d.fallback ? "fallback" : "pass") + " s=" +
+                               Fixed(d.similarity) + " t=" + Fixed(d.threshold),
+                           false});
+      }
       if (d.fallback) {
         ++rs.rec.itf_fallback_layers;
         run_h2o = true;

@@ -49,8 +49,9 @@ namespace kvtier {
 
 struct PipelineOptions {
   SystemOptions system;
-  // Log every cache move and prefetch as a decision row (parity tests, small runs). Off, only
-  // per-layer decisions (ITF) and per-request summaries are logged.
+  // Log every cache move and prefetch, and each layer's ITF outcome, as decision rows (parity
+  // tests, small runs). Off, only request-level decisions (stores, reorders, Cake's meeting
+  // point) are logged; the layers rows always carry the ITF outcome.
   bool log_chunk_decisions = true;
   // Fill ChunkIo::rows of transfers (executors that move real bytes need them).
   bool chunk_detail = true;

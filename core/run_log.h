@@ -92,8 +92,12 @@ class RunLog {
   virtual void LogTransfer(const TransferRecord& record) = 0;
   virtual void LogDecision(const DecisionRecord& record) = 0;
   virtual void LogMetric(const std::string& name, double value) = 0;
-  // Called after each request's records: a durable implementation commits its batch here.
+  // Called after each request's records: a durable implementation may write a batch here
+  // (every Flush, or every few, as it sees fit).
   virtual void Flush() {}
+  // Called once after the run's last records: writes everything still buffered. Errors throw,
+  // so a run whose records did not all reach storage is never marked complete.
+  virtual void Close() {}
 };
 
 // Keeps every record in memory. For tests, parity checks and small runs.

@@ -208,7 +208,7 @@ HwRunResult RunHardware(const Config& config, const std::string& trace_path,
   log.LogMetric("hw.raw_waits", double(xs.raw_waits));
   log.LogMetric("hw.staging_reused", double(xs.staging_reused));
   log.LogMetric("hw.compute_busy_s", xs.compute_busy_s);
-  log.Flush();
+  log.Close();  // writes the last batch; throws (run stays incomplete) if it cannot
   db_log.reset();
   db.EndRun(run_id, result.wall_s, true, error.empty() ? "ok" : error);
   const std::string store_dir = xo.store_dir;

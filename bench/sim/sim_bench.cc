@@ -135,6 +135,10 @@ struct TimedLog : RunLog {
     ScopedTimer t(&seconds);
     if (inner) inner->Flush();
   }
+  void Close() override {
+    ScopedTimer t(&seconds);
+    if (inner) inner->Close();
+  }
   std::int64_t transfers = 0;
 };
 

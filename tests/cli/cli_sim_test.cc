@@ -172,7 +172,9 @@ TEST_F(SimCliTest, SweepCanVaryTheTrace) {
 }
 
 TEST_F(SimCliTest, KilledRunLeavesAConsistentIncompleteFile) {
-  const std::string e = Experiment(Trace(400));
+  // Long enough to be running when its first batch commits (SqliteRunLog writes every 256
+  // requests or every second).
+  const std::string e = Experiment(Trace(3000));
   const fs::path db = dir_ / "k.sqlite";
   pid_t pid = fork();
   if (pid == 0) {
