@@ -30,8 +30,8 @@
 // that rises is re-sifted lazily, when it reaches the top (TierHeap::Update), which changes no
 // outcome. Capacities are checked with KVTIER_DCHECK after every call and the touched chunk's
 // heap slot after every 64th; the full CheckInvariants() (O(n)) runs after every call while
-// fewer than 32 chunks are resident, and otherwise once per `known chunks` calls (amortised
-// O(1)), so the checks stay on in every build.
+// fewer than 32 chunks are resident, and otherwise once per 4 x `known chunks` calls
+// (amortised O(1)), so the checks stay on in every build.
 
 #include <cstddef>
 #include <cstdint>
