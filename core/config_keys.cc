@@ -78,7 +78,8 @@ constexpr KeySpec kKeys[] = {
     {"reorder.min_accesses", K::kInt, "2", nullptr, "accesses before a node is worth repacking"},
     {"reorder.history_weight", K::kDouble, "0.8", nullptr, "weight of history in mean importance"},
     {"reorder.min_gain", K::kDouble, "0.2", nullptr,
-     "repack a segment only if it saves this share of the chunks its important tokens touch"},
+     "repack a segment only if it saves this share of the chunks a layer is expected to touch "
+     "(tokens kept with their mean importance as probability)"},
     {"cache.policy", K::kEnum, "lru", "lru|lfu|score", "GPU/CPU cache ranking (SPEC IV-D2)"},
     {"cache.gpu_capacity", K::kBytes, "10GiB", nullptr, "GPU prefix-KV cache"},
     {"cache.cpu_capacity", K::kBytes, "32GiB", nullptr, "CPU prefix-KV cache"},

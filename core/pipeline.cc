@@ -204,7 +204,7 @@ Pipeline::Pipeline(const ModelSpec& model, const PipelineOptions& options, Execu
   cache_ = std::make_unique<TieredCache>(NewCachePolicy(s.cache_policy, "cache.policy"), s.cache);
   tree_ = std::make_unique<RadixTree>(1, s.chunk_tokens);
   reorderer_ = std::make_unique<Reorderer>(s.reorder_history_weight, s.reorder_min_accesses,
-                                           s.chunk_tokens, s.retention, s.reorder_min_gain);
+                                           s.chunk_tokens, s.reorder_min_gain);
 }
 
 Pipeline::~Pipeline() = default;

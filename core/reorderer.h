@@ -6,10 +6,10 @@
 // their stored order. The Pipeline runs a pass every `interval` of executor time, repacks the
 // due segments through RadixTree::Repack, and pays for it with background SSD reads and
 // writes submitted to the Executor. A segment is only worth rewriting if repacking makes its
-// important tokens denser: Due() estimates, per node range, the chunks the top `retention` share
-// of tokens (by mean importance) touch now and after a repack, and proposes the segment when
-// the repack saves at least `min_gain` of them. Pure bookkeeping: no I/O, no clock. Not
-// thread-safe.
+// important tokens denser: Due() estimates the chunks one layer's selection is expected to touch
+// (each token kept with the probability its mean importance says) now and after a repack, and
+// proposes the segment when the repack saves at least `min_gain` of them. Pure bookkeeping: no
+// I/O, no clock. Not thread-safe.
 
 #include <cstdint>
 #include <span>
@@ -22,10 +22,9 @@ class RadixTree;
 
 class Reorderer {
  public:
-  // `chunk_tokens` and `retention` define "the chunks the important tokens touch";
-  // `min_gain` in [0, 1] is the share of those chunks a repack must save (0: any reordering).
-  Reorderer(double history_weight, int min_accesses, int chunk_tokens = 64,
-            double retention = 0.25, double min_gain = 0);
+  // `min_gain` in [0, 1] is the share of the expected touched chunks a repack must save (0: any
+  // saving).
+  Reorderer(double history_weight, int min_accesses, int chunk_tokens = 64, double min_gain = 0);
 
   // Records one reuse of tokens [offset, offset + importance.size()) of `segment` (which has
   // `segment_tokens` tokens): m <- w*m + (1-w)*x per token, m = x on a token's first reuse.
@@ -50,7 +49,6 @@ class Reorderer {
   double history_weight_;
   int min_accesses_;
   int chunk_tokens_;
-  double retention_;
   double min_gain_;
   std::unordered_map<std::uint32_t, Stats> stats_;
 };
