@@ -51,7 +51,7 @@ struct SystemOptions {
   Seconds reorder_interval = 600;
   int reorder_min_accesses = 2;
   double reorder_history_weight = 0.8;
-  double reorder_min_gain = 0.2;     // share of important-token chunks a repack must save
+  double reorder_min_gain = 0.2;     // share of expected touched chunks a repack must save
   std::string cache_policy = "lru";
   TieredCacheOptions cache;          // capacities, history weight
   int chunk_tokens = 64;
