@@ -19,7 +19,8 @@
 namespace kvtier::sim {
 namespace {
 
-TEST(SimGolden, OneLayerAsRequestFromSsd) {
+// The golden tests' model: one layer, K of one token in one layer = 4 * 16 * 2 B = 128 B.
+ModelSpec GoldenModel() {
   ModelSpec m;
   m.name = "golden";
   m.family = ModelFamily::kLlama;
@@ -27,10 +28,15 @@ TEST(SimGolden, OneLayerAsRequestFromSsd) {
   m.hidden = 64;
   m.heads = 4;
   m.kv_heads = 4;
-  m.head_dim = 16;  // K of one token in one layer: 4 * 16 * 2 B = 128 B
+  m.head_dim = 16;
   m.ffn = 128;
   m.vocab = 1000;
   m.max_context = 4096;
+  return m;
+}
+
+TEST(SimGolden, OneLayerAsRequestFromSsd) {
+  const ModelSpec m = GoldenModel();
   HardwareOptions hw;
   hw.ssd_read_bw = 5e9;
   hw.ssd_latency = 80e-6;
@@ -92,17 +98,7 @@ TEST(SimGolden, OneLayerAsRequestFromSsd) {
 // layer_prefill of n = m = 129, then the output layer) takes exactly the table's times,
 // whatever the roofline says. Each test builds one SimGrid engine (one per process).
 double RecomputeTtftWithTable(const std::string& rows) {
-  ModelSpec m;
-  m.name = "golden";
-  m.family = ModelFamily::kLlama;
-  m.layers = 1;
-  m.hidden = 64;
-  m.heads = 4;
-  m.kv_heads = 4;
-  m.head_dim = 16;
-  m.ffn = 128;
-  m.vocab = 1000;
-  m.max_context = 4096;
+  const ModelSpec m = GoldenModel();
   const std::filesystem::path csv = std::filesystem::temp_directory_path() /
                                     ("kvtier_golden_layers_" + std::to_string(::getpid()) + ".csv");
   std::ofstream(csv) << "# model = golden\nkind,new_tokens,context_tokens,heads,seconds\n" << rows;
@@ -142,11 +138,7 @@ TEST(SimGolden, OneLayerRecomputeTakesTheMeasuredTableTimes) {
 
 // Without an output_layer row that step falls back to the roofline exactly.
 TEST(SimGolden, TableWithoutOutputRowUsesTheRooflineForIt) {
-  ModelSpec m;
-  m.layers = 1;
-  m.hidden = 64;
-  m.vocab = 1000;
-  m.family = ModelFamily::kLlama;
+  const ModelSpec m = GoldenModel();
   ComputeOp output;
   output.kind = ComputeKind::kOutputLayer;
   output.new_tokens = 1;
