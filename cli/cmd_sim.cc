@@ -50,9 +50,7 @@ std::string ResolveTrace(const Config& config, const std::string& experiment_pat
     throw ConfigError(experiment_path + ": workload.trace: no trace given (generate one with "
                       "`kvtier trace gen`, or import one with `kvtier trace import-mooncake`)");
   }
-  if (const char* home = std::getenv("HOME"); home && trace.rfind("~/", 0) == 0) {
-    trace = std::string(home) + trace.substr(1);
-  }
+  trace = ExpandHome(trace);
   fs::path p(trace);
   if (p.is_relative() && !fs::exists(p)) {
     fs::path near = fs::path(experiment_path).parent_path() / p;

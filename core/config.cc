@@ -371,4 +371,10 @@ std::string Config::Dump(bool with_origins) const {
   return out;
 }
 
+std::string ExpandHome(const std::string& path) {
+  const char* home = std::getenv("HOME");
+  if (home == nullptr || path.rfind("~/", 0) != 0) return path;
+  return std::string(home) + path.substr(1);
+}
+
 }  // namespace kvtier

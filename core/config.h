@@ -98,4 +98,7 @@ void ValidateValue(const KeySpec& spec, const std::string& text);
 // else the nearest ancestor `configs/` of `near_path`, else the source tree's configs/.
 std::string FindConfigDir(const std::string& near_path);
 
+// `path` with a leading "~/" replaced by $HOME/ (unchanged without one, or without $HOME).
+std::string ExpandHome(const std::string& path);
+
 }  // namespace kvtier

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
 #include <filesystem>
 
 #include "core/errors.h"
@@ -27,11 +26,8 @@ double Positive(const Config& c, const char* key, double v) {
 // the file that set it (origin "file:line"); set on the command line, relative to the working
 // directory. So a hardware profile can name a file that sits next to it.
 std::string ResolvePathKey(const Config& c, const char* key) {
-  std::string value = c.GetString(key);
+  const std::string value = ExpandHome(c.GetString(key));
   if (value.empty()) return value;
-  if (const char* home = std::getenv("HOME"); home && value.rfind("~/", 0) == 0) {
-    value = std::string(home) + value.substr(1);
-  }
   if (std::filesystem::path(value).is_absolute()) return value;
   const std::string& origin = c.Get(key).origin;
   const auto colon = origin.rfind(':');

@@ -260,4 +260,13 @@ TEST_F(ConfigTest, MissingExperimentFile) {
 }
 
 }  // namespace
+TEST(ExpandHomeTest, ReplacesOnlyALeadingTildeSlash) {
+  const char* home = std::getenv("HOME");
+  ASSERT_NE(home, nullptr);
+  EXPECT_EQ(ExpandHome("~/x/t.kvt"), std::string(home) + "/x/t.kvt");
+  EXPECT_EQ(ExpandHome("a/~/b"), "a/~/b");
+  EXPECT_EQ(ExpandHome("~user/b"), "~user/b");
+  EXPECT_EQ(ExpandHome(""), "");
+}
+
 }  // namespace kvtier
