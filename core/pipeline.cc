@@ -722,8 +722,7 @@ Status Pipeline::RunLayers(RequestState& rs) {
       gpu_ops.push_back(score);
       deps.push_back(score);
       if (Status st = executor_->Wait(score); !st.ok()) return st;
-      scores_->Scores(*rs.req, l, rs.n, probe_heads, &scores);
-      ItfDecision d = SelectItf(scores, probes, rs.n, sys.itf_options);
+      ItfDecision d = scores_->Itf(*rs.req, l, rs.n, probe_heads, sys.itf_options);
       lr.itf_similarity = d.similarity;
       lr.itf_threshold = d.threshold;
       lr.itf_fallback = d.fallback;

@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "core/itf.h"
 #include "core/request.h"
 
 namespace kvtier {
@@ -27,6 +28,21 @@ class ScoreSource {
   //           reused_tokens <= request.prefix_tokens().
   virtual void Scores(const Request& request, int layer, std::int64_t reused_tokens,
                       std::span<const int> kv_heads, std::vector<float>* out) = 0;
+
+  // SPEC's ITF decision for `layer` (core/itf.h SelectItf on the probe heads' scores). The
+  // default asks Scores() for the probe heads and runs SelectItf. A source that already knows
+  // the answer (traces/ TraceScoreSource with a selection memo) overrides it; its answer must be
+  // the default's, except that `probe_sets` may be left empty (the Pipeline does not use them).
+  // REQUIRES: as Scores(); reused_tokens >= 1.
+  virtual ItfDecision Itf(const Request& request, int layer, std::int64_t reused_tokens,
+                          std::span<const int> probe_heads, const ItfOptions& options) {
+    Scores(request, layer, reused_tokens, probe_heads, &probe_scores_);
+    return SelectItf(probe_scores_, static_cast<int>(probe_heads.size()), reused_tokens,
+                     options);
+  }
+
+ private:
+  std::vector<float> probe_scores_;  // Itf()'s scratch
 };
 
 }  // namespace kvtier
