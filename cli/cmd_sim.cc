@@ -104,7 +104,13 @@ ChildFn SimChild(const std::string& out) {
     std::snprintf(buf, sizeof buf, "%lld requests, %.1f s simulated, %.2f s wall (%.0f req/s)",
                   r.requests, r.simulated_s, r.wall_s,
                   r.wall_s > 0 ? double(r.requests) / r.wall_s : 0.0);
-    return ChildRun{r.run_id, buf};
+    std::string summary = buf;
+    if (r.memo_reused_layers > 0) {  // say why a rerun is faster than the first run
+      summary += "; ITF decisions of " + std::to_string(r.memo_reused_layers) + " of " +
+                 std::to_string(r.memo_reused_layers + r.memo_computed_layers) +
+                 " layers from the selection memo";
+    }
+    return ChildRun{r.run_id, summary};
   };
 }
 

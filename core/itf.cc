@@ -173,8 +173,10 @@ double MeanPairwiseJaccard(const std::vector<TokenSet>& sets) {
   return sum / static_cast<double>(pairs);
 }
 
-ItfDecision SelectItf(std::span<const float> probe_scores, int probe_heads, std::int64_t n,
-                      const ItfOptions& options) {
+namespace {
+
+ItfDecision SelectItfImpl(std::span<const float> probe_scores, int probe_heads, std::int64_t n,
+                          const ItfOptions& options, bool always_vote) {
   KVTIER_CHECK(n >= 1 && probe_heads >= 1, "SelectItf needs n >= 1 and a probe head");
   KVTIER_CHECK(
       probe_scores.size() == static_cast<std::size_t>(probe_heads) * static_cast<std::size_t>(n),
@@ -218,7 +220,7 @@ ItfDecision SelectItf(std::span<const float> probe_scores, int probe_heads, std:
   d.threshold = ItfThreshold(d.k, n, options.alpha);
   // §IV-B: ITF is enabled for the layer only when the probe heads' similarity reaches t.
   d.fallback = d.similarity < d.threshold;
-  if (d.fallback) return d;
+  if (d.fallback && !always_vote) return d;
 
   // Vote: rank the probe heads' candidates by (votes desc, summed score over all probe heads
   // desc, index asc) and keep k. Only tokens some probe selected can win (there are >= k).
@@ -294,6 +296,18 @@ ItfDecision SelectItf(std::span<const float> probe_scores, int probe_heads, std:
   KVTIER_DCHECK(emitted == d.k, "the vote kept a wrong count");
   d.voted.resize(static_cast<std::size_t>(d.k));
   return d;
+}
+
+}  // namespace
+
+ItfDecision SelectItf(std::span<const float> probe_scores, int probe_heads, std::int64_t n,
+                      const ItfOptions& options) {
+  return SelectItfImpl(probe_scores, probe_heads, n, options, /*always_vote=*/false);
+}
+
+ItfDecision SelectItfAndVote(std::span<const float> probe_scores, int probe_heads,
+                             std::int64_t n, const ItfOptions& options) {
+  return SelectItfImpl(probe_scores, probe_heads, n, options, /*always_vote=*/true);
 }
 
 std::vector<TokenSet> SelectPerHead(std::span<const float> scores, int heads, std::int64_t n,

@@ -61,6 +61,11 @@ struct ItfDecision {
 ItfDecision SelectItf(std::span<const float> probe_scores, int probe_heads, std::int64_t n,
                       const ItfOptions& options);
 
+// As SelectItf, but votes on a fallback too: `voted` then holds the set a pass would have used.
+// A selection memo stores this, so one memo serves every alpha (alpha only moves the threshold).
+ItfDecision SelectItfAndVote(std::span<const float> probe_scores, int probe_heads,
+                             std::int64_t n, const ItfOptions& options);
+
 // H2O selection: each of `heads` rows of n scores gives its own top-k set.
 std::vector<TokenSet> SelectPerHead(std::span<const float> scores, int heads, std::int64_t n,
                                     std::int64_t k);

@@ -11,6 +11,7 @@
 #include "core/pipeline.h"
 #include "sim/sim_executor.h"
 #include "traces/score_source.h"
+#include "traces/selection_memo.h"
 #include "traces/trace_io.h"
 
 namespace kvtier::sim {
@@ -47,6 +48,17 @@ SimulationResult RunSimulation(const Config& config, const std::string& trace_pa
 
   SimExecutor executor(opts.model, opts.hardware, std::move(*timer));
   TraceScoreSource scores(header, opts.model, none_model);
+  // ITF decisions are remembered per trace across runs (traces/selection_memo.h).
+  std::unique_ptr<SelectionMemo> memo;
+  if (const std::string dir = SelectionMemo::DefaultDir(); opts.system.itf && !dir.empty()) {
+    memo = SelectionMemo::Open(
+        dir,
+        SelectionMemo::MakeKey(info.trace_sha256, opts.model, opts.importance,
+                               opts.system.itf_options.retention,
+                               opts.system.itf_options.probe_heads),
+        opts.model.layers);
+    scores.UseMemo(memo.get());
+  }
   PipelineOptions popts;
   popts.system = opts.system;
   popts.log_chunk_decisions = config.GetBool("log.chunk_decisions");
@@ -93,6 +105,13 @@ SimulationResult RunSimulation(const Config& config, const std::string& trace_pa
     result.simulated_s = executor.Now();
   });
   result.activities = executor.activities_started();
+  if (memo) {
+    memo->Finish();
+    result.memo_reused_layers = memo->stats().reused;
+    result.memo_computed_layers = memo->stats().computed;
+    log.LogMetric("selection_memo_reused_layers", double(memo->stats().reused));
+    log.LogMetric("selection_memo_computed_layers", double(memo->stats().computed));
+  }
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   log.LogMetric("simulated_s", result.simulated_s);
   log.LogMetric("wall_s", result.wall_s);

@@ -22,6 +22,8 @@ struct SimulationResult {
   double simulated_s = 0;
   double wall_s = 0;
   std::uint64_t activities = 0;
+  std::uint64_t memo_reused_layers = 0;    // ITF layers answered from the selection memo
+  std::uint64_t memo_computed_layers = 0;  // ITF layers computed (and remembered)
 };
 
 // Progress callback: requests done, requests total (0 if unknown), simulated seconds.

@@ -49,7 +49,11 @@ void TraceScoreSource::AddEntry(RequestId id, ImportanceKind kind, std::uint64_t
     throw TraceError("request " + std::to_string(id) +
                      ": the trace has no importance for it and no importance model was named");
   }
-  Entry& e = entries_[id];
+  auto [it, added] = entries_.try_emplace(id);
+  Entry& e = it->second;
+  if (memo_ != nullptr && !added) memo_->End(e.ordinal);  // replaced
+  e.ordinal = next_ordinal_++;
+  if (memo_ != nullptr) memo_->Begin(e.ordinal, id);
   e.kind = kind;
   e.query_key = kind == ImportanceKind::kNone
                     ? DefaultQueryKey(none_model_->params().seed, id)
@@ -70,7 +74,45 @@ void TraceScoreSource::Add(TraceRecord&& record) {
                                                           : ExplicitScores{});
 }
 
-void TraceScoreSource::Release(RequestId id) { entries_.erase(id); }
+void TraceScoreSource::Release(RequestId id) {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return;
+  if (memo_ != nullptr) memo_->End(it->second.ordinal);
+  entries_.erase(it);
+}
+
+ItfDecision TraceScoreSource::Itf(const Request& request, int layer, std::int64_t reused_tokens,
+                                  std::span<const int> probe_heads, const ItfOptions& options) {
+  // The memo's key names the probe-head count; the Pipeline probes heads 0..P-1.
+  bool first_heads = static_cast<int>(probe_heads.size()) == options.probe_heads;
+  for (std::size_t j = 0; j < probe_heads.size(); ++j) {
+    first_heads = first_heads && probe_heads[j] == static_cast<int>(j);
+  }
+  if (memo_ == nullptr || !first_heads || reused_tokens < 1) {
+    return ScoreSource::Itf(request, layer, reused_tokens, probe_heads, options);
+  }
+  auto it = entries_.find(request.id);
+  KVTIER_CHECK(it != entries_.end(), "TraceScoreSource::Itf: request was not Add()ed");
+  const std::uint64_t ordinal = it->second.ordinal;
+  const std::int64_t n = reused_tokens;
+  if (const MemoLayer* m = memo_->Find(ordinal, layer, n);
+      m != nullptr && std::int64_t(m->k) == RetainedTokens(options.retention, n)) {
+    ItfDecision d;
+    d.k = m->k;
+    d.similarity = m->similarity;
+    d.threshold = ItfThreshold(d.k, n, options.alpha);
+    d.fallback = d.similarity < d.threshold;  // as SelectItf
+    if (!d.fallback) d.voted = m->Voted();
+    memo_->Store(ordinal, layer, *m, /*from_memo=*/true);
+    return d;
+  }
+  Scores(request, layer, n, probe_heads, &probe_scores_);
+  ItfDecision d = SelectItfAndVote(probe_scores_, options.probe_heads, n, options);
+  memo_->Store(ordinal, layer, MemoLayer::FromVoted(n, d.k, d.similarity, d.voted),
+               /*from_memo=*/false);
+  if (d.fallback) d.voted.clear();  // as SelectItf: a fallback layer has no voted set
+  return d;
+}
 
 void TraceScoreSource::Scores(const Request& request, int layer, std::int64_t reused_tokens,
                               std::span<const int> kv_heads, std::vector<float>* out) {

@@ -12,7 +12,11 @@
 // (the head-correlation profile is read by relative depth).
 //
 // Usage: Add(record) when the request is submitted, Scores() any number of times while it runs,
-// Release(id) when it is done, so memory is bounded by the requests in flight. Not thread-safe.
+// Release(id) when it is done, so memory is bounded by the requests in flight. Records are
+// Add()ed in trace order (their ordinal is the count of earlier Add() calls). Not thread-safe.
+//
+// With a SelectionMemo (UseMemo), Itf() answers from decisions an earlier run of the same trace
+// made and remembers the ones it computes (traces/selection_memo.h).
 
 #include <memory>
 #include <optional>
@@ -23,6 +27,7 @@
 #include "core/model_spec.h"
 #include "core/score_source.h"
 #include "traces/importance_model.h"
+#include "traces/selection_memo.h"
 #include "traces/trace_format.h"
 
 namespace kvtier {
@@ -65,8 +70,16 @@ class TraceScoreSource : public ScoreSource {
   void Scores(const Request& request, int layer, std::int64_t reused_tokens,
               std::span<const int> kv_heads, std::vector<float>* out) override;
 
+  // Remember and reuse ITF decisions in `memo` (not owned; nullptr: none). Call before Add().
+  void UseMemo(SelectionMemo* memo) { memo_ = memo; }
+  // See ScoreSource. With a memo and probe heads 0..P-1, answers from the memo when it holds
+  // this (record, layer, n); otherwise computes and stores the decision.
+  ItfDecision Itf(const Request& request, int layer, std::int64_t reused_tokens,
+                  std::span<const int> probe_heads, const ItfOptions& options) override;
+
  private:
   struct Entry {
+    std::uint64_t ordinal = 0;             // position of the record in the trace
     ImportanceKind kind = ImportanceKind::kNone;
     std::uint64_t query_key = 0;
     ExplicitScores scores;                 // explicit only
@@ -80,6 +93,9 @@ class TraceScoreSource : public ScoreSource {
   std::unique_ptr<ImportanceModel> procedural_;  // header's model, for the target shape
   std::unique_ptr<ImportanceModel> none_model_;
   std::unordered_map<RequestId, Entry> entries_;
+  SelectionMemo* memo_ = nullptr;
+  std::uint64_t next_ordinal_ = 0;
+  std::vector<float> probe_scores_;  // Itf()'s scratch
 };
 
 }  // namespace kvtier

@@ -1,7 +1,7 @@
 // sim_bench: how fast `kvtier sim` replays a trace, and where the wall time goes.
 //
 //   sim_bench [--requests N] [--systems spec,as_h2o_lfu,as] [--trace PATH] [--no-sqlite]
-//             [--no-select-replay]
+//             [--no-select-replay] [--memo off|warm|all]
 //
 // The trace (OPT-6.7B shape: 32 layers x 32 KV heads; few-shot prompts of ~5K tokens; 2,000
 // Poisson requests) is generated once into the build directory and reused. Each system then
@@ -18,8 +18,15 @@
 //             includes SimGrid's solver and its context switches;
 //   sqlite    every RunLog call (prepared inserts, per-request flush/commit);
 //   pipeline  the rest: planning, cache bookkeeping, prefetch bookkeeping, the radix tree.
+//   select    with a selection memo: the whole ITF call (memo lookup and decoding, or scoring,
+//             selection and storing when the memo lacks the layer); nothing is subtracted.
+// Systems with ITF run three times by default (--memo all): without a selection memo
+// (traces/selection_memo.h), with an empty one (`:cold`, the first run of a sweep: computes
+// and writes it) and with the memo that run wrote (`:warm`, every later run of the trace).
+// --memo warm runs only the `:warm` row, on the memo an earlier sim_bench left in the build
+// directory (for `perf record`; the first time it finds none and computes it).
 // It also prints a digest of every request, layer and transfer row, so two builds can be
-// checked for identical simulated behaviour. A benchmark prints what it measured; it fails only
+// checked for identical simulated behaviour (the memo rows must match the plain row). A benchmark prints what it measured; it fails only
 // if a run fails.
 
 #include <sys/resource.h>
@@ -45,6 +52,7 @@
 #include "sim/sim_executor.h"
 #include "traces/generator.h"
 #include "traces/score_source.h"
+#include "traces/selection_memo.h"
 #include "traces/trace_io.h"
 
 namespace kvtier {
@@ -151,7 +159,14 @@ struct TimedScores : ScoreSource {
   ItfOptions itf_options;
   double retention = 0.25;
   bool replay_selection = true;
-  double score_seconds = 0, select_seconds = 0;
+  bool memo = false;  // Itf() goes to the TraceScoreSource and its memo, timed as a whole
+  double score_seconds = 0, select_seconds = 0, itf_seconds = 0;
+  ItfDecision Itf(const Request& request, int layer, std::int64_t n,
+                  std::span<const int> probe_heads, const ItfOptions& options) override {
+    if (!memo) return ScoreSource::Itf(request, layer, n, probe_heads, options);
+    ScopedTimer t(&itf_seconds);
+    return inner->Itf(request, layer, n, probe_heads, options);
+  }
   void Scores(const Request& request, int layer, std::int64_t n, std::span<const int> heads,
               std::vector<float>* out) override {
     {
@@ -210,7 +225,8 @@ struct Result {
   std::uint64_t activities = 0;
   std::int64_t transfers = 0;
   double wall_s = 0, cpu_s = 0, prewarm_s = 0, simulated_s = 0, rss_mib = 0;
-  double score_s = 0, select_s = 0, simgrid_s = 0, sqlite_s = 0;
+  double score_s = 0, select_s = 0, simgrid_s = 0, sqlite_s = 0, itf_s = 0;
+  std::uint64_t memo_reused = 0, memo_computed = 0;
   std::uint64_t decisions_digest = 0, timing_digest = 0;
   PipelineTotals totals;
   char error[200] = {0};
@@ -222,7 +238,10 @@ struct BenchOptions {
   std::string trace;
   bool sqlite = true;
   bool replay_selection = true;  // off: for `perf record` (select then reads 0%)
+  std::string memo = "all";      // off | warm | all (see the header comment)
 };
+
+enum class MemoRun { kNone, kCold, kWarm };
 
 std::string BenchDir() { return KVTIER_BENCH_DIR; }
 
@@ -244,17 +263,20 @@ void GenerateBenchTrace(const std::string& path) {
   fs::rename(tmp, path);
 }
 
-Result RunSystem(const BenchOptions& bo, const std::string& system) {
+// The experiment file of one system's run.
+std::string WriteIni(const BenchOptions& bo, const std::string& system) {
+  const std::string ini = BenchDir() + "/sim_bench_" + system + ".ini";
+  std::ofstream f(ini);
+  f << "[include]\nmodel = opt-6.7b\nhardware = a100-pcie4-nvme\nsystem = " << system
+    << "\n[workload]\ntrace = " << bo.trace << "\n[run]\nprewarm = true\nmax_requests = "
+    << bo.requests << "\n";
+  return ini;
+}
+
+Result RunSystem(const BenchOptions& bo, const std::string& system, MemoRun memo_run) {
   Result res;
   const std::string dir = BenchDir();
-  const std::string ini = dir + "/sim_bench_" + system + ".ini";
-  {
-    std::ofstream f(ini);
-    f << "[include]\nmodel = opt-6.7b\nhardware = a100-pcie4-nvme\nsystem = " << system
-      << "\n[workload]\ntrace = " << bo.trace << "\n[run]\nprewarm = true\nmax_requests = "
-      << bo.requests << "\n";
-  }
-  const Config config = Config::Load(ini, {});
+  const Config config = Config::Load(WriteIni(bo, system), {});
   const ExperimentOptions opts = BuildOptions(config);
   TraceReader probe(bo.trace);
   const TraceHeader header = probe.header();
@@ -281,7 +303,21 @@ Result RunSystem(const BenchOptions& bo, const std::string& system) {
   TimedExecutor timed_exec;
   timed_exec.inner = &executor;
   TraceScoreSource trace_scores(header, opts.model);
+  std::unique_ptr<SelectionMemo> memo;
+  if (memo_run != MemoRun::kNone && opts.system.itf) {
+    const std::string memo_dir = dir + "/selections";
+    if (memo_run == MemoRun::kCold) fs::remove_all(memo_dir);
+    memo = SelectionMemo::Open(
+        memo_dir,
+        SelectionMemo::MakeKey(Sha256File(bo.trace), opts.model, "",
+                               opts.system.itf_options.retention,
+                               opts.system.itf_options.probe_heads),
+        opts.model.layers);
+    if (!memo) throw std::runtime_error("cannot open a selection memo in " + memo_dir);
+    trace_scores.UseMemo(memo.get());
+  }
   TimedScores scores;
+  scores.memo = memo != nullptr;
   scores.inner = &trace_scores;
   scores.itf = opts.system.itf;
   scores.probe_heads = opts.system.itf_options.probe_heads;
@@ -324,8 +360,14 @@ Result RunSystem(const BenchOptions& bo, const std::string& system) {
       ++done;
     }
     pipeline.Finish();
-    ScopedTimer t(&timed_exec.seconds);
-    executor.Drain();
+    {
+      ScopedTimer t(&timed_exec.seconds);
+      executor.Drain();
+    }
+    if (memo) {
+      ScopedTimer t(&scores.itf_seconds);
+      memo->Finish();
+    }
     res.requests = done;
     res.simulated_s = executor.Now();
   });
@@ -343,6 +385,11 @@ Result RunSystem(const BenchOptions& bo, const std::string& system) {
   res.rss_mib = PeakRssMiB();
   res.score_s = scores.score_seconds;
   res.select_s = scores.select_seconds;
+  res.itf_s = scores.itf_seconds;
+  if (memo) {
+    res.memo_reused = memo->stats().reused;
+    res.memo_computed = memo->stats().computed;
+  }
   res.simgrid_s = timed_exec.seconds;
   res.sqlite_s = log.seconds;
   res.decisions_digest = log.decisions.h;
@@ -402,10 +449,15 @@ int Main(int argc, char** argv) {
       bo.sqlite = false;
     } else if (a == "--no-select-replay") {
       bo.replay_selection = false;
+    } else if (a == "--memo") {
+      bo.memo = next();
+      if (bo.memo != "off" && bo.memo != "warm" && bo.memo != "all") {
+        throw std::runtime_error("--memo must be off, warm or all");
+      }
     } else {
       std::fprintf(stderr,
                    "usage: sim_bench [--requests N] [--systems a,b] [--trace T] [--no-sqlite] "
-                   "[--no-select-replay]\n");
+                   "[--no-select-replay] [--memo off|warm|all]\n");
       return 2;
     }
   }
@@ -443,15 +495,29 @@ int Main(int argc, char** argv) {
               "act/s", "ms/req", "act/req", "rss MiB", "sim s", "score", "select", "simgrid",
               "sqlite", "pipeline", "digests: decisions/timing");
   int rc = 0;
+  struct Job {
+    std::string system;
+    MemoRun memo;
+    std::string label;
+  };
+  std::vector<Job> jobs;
   for (const std::string& system : bo.systems) {
+    const bool itf = BuildOptions(Config::Load(WriteIni(bo, system), {})).system.itf;
+    if (!itf || bo.memo != "warm") jobs.push_back({system, MemoRun::kNone, system});
+    if (itf && bo.memo == "all") jobs.push_back({system, MemoRun::kCold, system + ":cold"});
+    if (itf && bo.memo != "off") jobs.push_back({system, MemoRun::kWarm, system + ":warm"});
+  }
+  for (const Job& job : jobs) {
+    const std::string& system = job.label;
     std::fflush(stdout);
-    Result r = InChild([&] { return RunSystem(bo, system); });
+    Result r = InChild([&] { return RunSystem(bo, job.system, job.memo); });
     if (!r.ok) {
       std::printf("%-11s failed: %s\n", system.c_str(), r.error);
       rc = 1;
       continue;
     }
-    const double pipeline_s = r.wall_s - r.score_s - r.simgrid_s - r.sqlite_s;
+    // The memo's ITF calls run inside the pipeline's time: shown as select, not as pipeline.
+    const double pipeline_s = r.wall_s - r.score_s - r.simgrid_s - r.sqlite_s - r.itf_s;
     auto pct = [&](double s) { return 100.0 * s / r.wall_s; };
     std::printf(
         "%-11s %8.1f %8.1f %10.0f %8.3f %8.1f %9.1f %9.2f | %5.1f%% %5.1f%% %6.1f%% %6.1f%% %7.1f%% | "
@@ -459,7 +525,7 @@ int Main(int argc, char** argv) {
         system.c_str(), double(r.requests) / r.wall_s, double(r.requests) / r.cpu_s,
         double(r.activities) / r.wall_s,
         1e3 * r.wall_s / double(r.requests), double(r.activities) / double(r.requests),
-        r.rss_mib, r.simulated_s, pct(r.score_s), pct(r.select_s), pct(r.simgrid_s),
+        r.rss_mib, r.simulated_s, pct(r.score_s), pct(r.select_s + r.itf_s), pct(r.simgrid_s),
         pct(r.sqlite_s), pct(pipeline_s - r.select_s), (unsigned long long)r.decisions_digest,
         (unsigned long long)r.timing_digest);
     const PipelineTotals& t = r.totals;
@@ -470,6 +536,10 @@ int Main(int argc, char** argv) {
         (long long)t.cpu_hit_chunks, (long long)t.ssd_read_chunks, (long long)t.itf_layers,
         (long long)t.itf_fallback_layers, (long long)t.prefetched_chunks,
         (long long)t.prefetch_used_chunks);
+    if (job.memo != MemoRun::kNone) {
+      std::printf("            selection memo: %llu ITF layers reused, %llu computed\n",
+                  (unsigned long long)r.memo_reused, (unsigned long long)r.memo_computed);
+    }
   }
   std::printf("budget: spec >= 1000 req/s on one core (design doc)\n");
   return rc;

@@ -41,6 +41,8 @@ class CliFixture : public ::testing::Test {
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     setenv("KVTIER_CONFIG_DIR", (SourceDir() / "configs").c_str(), 1);
+    // Selection memos of this test's runs stay in its directory, never in ~/.cache.
+    setenv("KVTIER_SELECTION_MEMO", (dir_ / "selections").c_str(), 1);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 

@@ -80,6 +80,33 @@ TEST_F(SimCliTest, ComparesSystemsAndWritesCompleteRuns) {
             std::string::npos);
 }
 
+TEST_F(SimCliTest, ASecondRunReusesTheSelectionsAndDecidesTheSame) {
+  const std::string e = Experiment(Trace());
+  const fs::path a = dir_ / "a.sqlite", b = dir_ / "b.sqlite";
+  ASSERT_EQ(Run("sim --config " + e + " --out " + a.string() + " --systems spec").code, 0);
+  Result r = Run("sim --config " + e + " --out " + b.string() + " --systems spec");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto metric = [](const fs::path& db, const std::string& name) {
+    return Query(db, "SELECT CAST(value AS INTEGER) FROM metrics WHERE name = '" + name + "'");
+  };
+  EXPECT_EQ(metric(a, "selection_memo_reused_layers"), "0");
+  EXPECT_NE(metric(a, "selection_memo_computed_layers"), "0");
+  EXPECT_EQ(metric(b, "selection_memo_reused_layers"), metric(a, "selection_memo_computed_layers"));
+  EXPECT_EQ(metric(b, "selection_memo_computed_layers"), "0");
+  // Same decisions, same simulated times.
+  const std::string rows =
+      "SELECT group_concat(printf('%d %.17g %.17g %d', l.layer, l.itf_similarity, l.end_s, "
+      "l.selected_tokens), ';') FROM layers l ORDER BY l.request_id, l.layer";
+  EXPECT_FALSE(Query(a, rows).empty());
+  EXPECT_EQ(Query(a, rows), Query(b, rows));
+  // KVTIER_SELECTION_MEMO=off: nothing remembered, nothing reused.
+  setenv("KVTIER_SELECTION_MEMO", "off", 1);
+  const fs::path d = dir_ / "d.sqlite";
+  ASSERT_EQ(Run("sim --config " + e + " --out " + d.string() + " --systems spec").code, 0);
+  EXPECT_EQ(metric(d, "selection_memo_reused_layers"), "");
+  EXPECT_EQ(Query(d, rows), Query(a, rows));
+}
+
 TEST_F(SimCliTest, BadInputExitsTwoAndNamesTheProblem) {
   const std::string trace = Trace(4);
   const std::string e = Experiment(trace);

@@ -1,0 +1,130 @@
+#pragma once
+// SelectionMemo: ITF decisions remembered across runs of one trace, so that a sweep pays for
+// importance generation and exact top-k selection once per trace instead of once per point.
+//
+// Why it is sound: a layer's ITF decision (core/itf.h) depends only on the trace record, the
+// layer, the number of reused tokens n, select.retention and itf.probe_heads (plus, for
+// procedural importance, the replayed model's shape and workload.importance). It does not
+// depend on the system's caches, the hardware or time. itf.alpha only moves the threshold, so
+// the memo stores the similarity and the set a pass votes for (SelectItfAndVote) and the reader
+// applies the run's own threshold. n can differ between systems (the radix tree matches what
+// they kept), so every entry carries its n and is used only for the same n.
+//
+// A memo is a cache, never an input: a missing, stale or corrupt file is a warning and the
+// decisions are computed. The file name hashes a key that names everything above plus the
+// running executable (size and modification time), so a rebuilt kvtier never trusts decisions
+// an older build made. Writers never modify a memo in place: a run writes a new file next to it
+// and renames it over the old one at Finish(), so concurrent sweep processes and interrupted
+// runs leave either the old or a complete new memo.
+//
+// File format (little-endian): "KVTSEL01", u32 key length, key bytes, u32 CRC-32 of the key;
+// then entries in trace-record order, layers ascending within a record:
+//   u64 ordinal (record index in the trace), u64 request id, u32 layer, u32 n, u32 k,
+//   u32 CRC-32 (of the entry with this field zero), f64 similarity,
+//   u64 voted[ceil(n / 64)] (bit t set iff reused token t is in the voted set; k bits set).
+//
+// Usage (TraceScoreSource does this): Begin(ordinal, id) when a record enters the replay, in
+// trace order; Find() / Store() per ITF layer; End(ordinal) when the record is done (any
+// order: with concurrent requests they finish out of order); Finish() once after the run.
+// Not thread-safe (SimGrid actors are cooperative).
+
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/itf.h"
+#include "core/model_spec.h"
+#include "core/types.h"
+
+namespace kvtier {
+
+// One layer's remembered decision.
+struct MemoLayer {
+  std::uint32_t n = 0;  // reused tokens it was made for; 0 = absent
+  std::uint32_t k = 0;
+  double similarity = 0;
+  std::vector<std::uint64_t> voted_bits;  // ceil(n / 64) words
+
+  // Bits of a sorted token set of size k over n tokens.
+  static MemoLayer FromVoted(std::int64_t n, std::int64_t k, double similarity,
+                             const TokenSet& voted);
+  // The voted set, sorted ascending.
+  TokenSet Voted() const;
+};
+
+struct SelectionMemoStats {
+  std::uint64_t reused = 0;    // ITF layers answered from the memo
+  std::uint64_t computed = 0;  // ITF layers computed (and stored)
+  bool written = false;        // Finish() put a new memo in place
+};
+
+class SelectionMemo {
+ public:
+  // Where memos live: $KVTIER_SELECTION_MEMO if set ("off" or "0" disables them: returns ""),
+  // else ${KVTIER_CACHE:-$HOME/.cache/kvtier}/selections.
+  static std::string DefaultDir();
+
+  // The key of a replay: the trace's SHA-256, the replayed model's shape, the importance model
+  // for records without scores, retention, probe heads, and the running executable.
+  static std::string MakeKey(const std::string& trace_sha256, const ModelSpec& target,
+                             const std::string& importance, double retention, int probe_heads);
+
+  // Opens the memo of `key` under `dir` (created if needed) for a model of `layers` layers.
+  // Returns nullptr, after a warning on stderr, when `dir` cannot be used.
+  static std::unique_ptr<SelectionMemo> Open(const std::string& dir, const std::string& key,
+                                             int layers);
+  ~SelectionMemo();  // removes an unfinished new file
+
+  const std::string& path() const { return path_; }
+  const SelectionMemoStats& stats() const { return stats_; }
+
+  void Begin(std::uint64_t ordinal, RequestId id);
+  // The remembered decision of (ordinal, layer) for `n` reused tokens, or nullptr.
+  // REQUIRES: Begin(ordinal) and not yet End(ordinal).
+  const MemoLayer* Find(std::uint64_t ordinal, int layer, std::int64_t n);
+  // Records the decision the run used for (ordinal, layer) (`from_memo`: it came from Find).
+  void Store(std::uint64_t ordinal, int layer, MemoLayer decision, bool from_memo);
+  void End(std::uint64_t ordinal);
+  // Completes the new memo and renames it into place when this run computed anything the old
+  // one lacked; otherwise discards it. Warnings, never exceptions.
+  void Finish();
+
+ private:
+  struct Record {
+    RequestId id = 0;
+    bool ended = false;
+    std::vector<MemoLayer> remembered;  // by layer, from the old memo
+    std::vector<MemoLayer> used;        // by layer, what this run used
+  };
+  SelectionMemo(std::string path, std::string key, int layers);
+  void OpenReader();
+  bool ReadEntry();  // into next_; false at the end or on a bad entry (reader closed)
+  void ReaderFailed(const std::string& why);
+  void WriteEntry(std::uint64_t ordinal, RequestId id, int layer, const MemoLayer& m);
+  void WriterFailed(const std::string& why);
+  void FlushEnded();
+
+  std::string path_;
+  std::string tmp_path_;
+  std::string key_;
+  int layers_;
+  std::FILE* in_ = nullptr;
+  std::FILE* out_ = nullptr;
+  bool had_memo_ = false;
+  bool reader_failed_ = false;
+  // The next unread entry of the old memo.
+  bool has_next_ = false;
+  std::uint64_t next_ordinal_ = 0;
+  RequestId next_id_ = 0;
+  int next_layer_ = 0;
+  MemoLayer next_;
+  std::uint64_t entries_read_ = 0;
+  std::map<std::uint64_t, Record> records_;  // in flight, by ordinal
+  SelectionMemoStats stats_;
+  std::vector<std::uint8_t> buf_;
+};
+
+}  // namespace kvtier
