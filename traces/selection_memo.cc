@@ -86,13 +86,14 @@ MemoLayer MemoLayer::FromVoted(std::int64_t n, std::int64_t k, double similarity
 }
 
 TokenSet MemoLayer::Voted() const {
-  TokenSet out;
-  out.reserve(k);
+  TokenSet out(k);
+  std::size_t i = 0;
   for (std::size_t w = 0; w < voted_bits.size(); ++w) {
-    for (std::uint64_t bits = voted_bits[w]; bits != 0; bits &= bits - 1) {
-      out.push_back(static_cast<std::int32_t>(w * 64 + std::countr_zero(bits)));
+    for (std::uint64_t bits = voted_bits[w]; bits != 0 && i < k; bits &= bits - 1) {
+      out[i++] = static_cast<std::int32_t>(w * 64 + std::countr_zero(bits));
     }
   }
+  KVTIER_CHECK(i == k, "MemoLayer: fewer voted bits than k");
   return out;
 }
 
