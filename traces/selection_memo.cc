@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstdlib>
@@ -68,6 +69,37 @@ void RemoveOrphans(const std::filesystem::path& dir, const std::string& memo_nam
       std::error_code rm;
       std::filesystem::remove(it->path(), rm);
     }
+  }
+}
+
+// Keeps the directory's memos under `limit` bytes by deleting the least recently used ones
+// (modification time: a reused memo is touched) other than `keep`. Each rebuilt kvtier and
+// each trace or retention makes its own memo, so without this the directory only grows.
+void TrimDirectory(const std::filesystem::path& dir, const std::filesystem::path& keep,
+                   std::uintmax_t limit) {
+  struct Memo {
+    std::filesystem::file_time_type when;
+    std::uintmax_t bytes;
+    std::filesystem::path path;
+  };
+  std::vector<Memo> memos;
+  std::uintmax_t total = 0;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().extension() != ".kvsel") continue;
+    std::error_code e1, e2;
+    const auto bytes = std::filesystem::file_size(it->path(), e1);
+    const auto when = std::filesystem::last_write_time(it->path(), e2);
+    if (e1 || e2) continue;
+    total += bytes;
+    if (it->path() != keep) memos.push_back({when, bytes, it->path()});
+  }
+  std::sort(memos.begin(), memos.end(),
+            [](const Memo& a, const Memo& b) { return a.when < b.when; });
+  for (const Memo& m : memos) {
+    if (total <= limit) break;
+    std::error_code rm;
+    if (std::filesystem::remove(m.path, rm)) total -= m.bytes;
   }
 }
 
@@ -369,10 +401,12 @@ void SelectionMemo::Finish() {
   FlushEnded();
   if (out_ == nullptr) return;
   const bool replace = stats_.computed > 0 || reader_failed_;
-  if (!replace) {  // everything came from the memo: it stays as it is
+  if (!replace) {  // everything came from the memo: it stays as it is, marked recently used
     std::fclose(out_);
     out_ = nullptr;
     std::remove(tmp_path_.c_str());
+    std::error_code ec;
+    std::filesystem::last_write_time(path_, std::filesystem::file_time_type::clock::now(), ec);
     return;
   }
   // Records beyond this run's last (a shorter run than the memo's): keep them.
@@ -395,6 +429,17 @@ void SelectionMemo::Finish() {
     return;
   }
   stats_.written = true;
+  const std::filesystem::path file(path_);
+  TrimDirectory(file.parent_path(), file, MaxDirectoryBytes());
+}
+
+std::uintmax_t SelectionMemo::MaxDirectoryBytes() {
+  if (const char* v = std::getenv("KVTIER_SELECTION_MEMO_MAX_MB"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const unsigned long long mb = std::strtoull(v, &end, 10);
+    if (end != nullptr && *end == '\0') return std::uintmax_t(mb) << 20;
+  }
+  return std::uintmax_t{4096} << 20;
 }
 
 }  // namespace kvtier

@@ -26,6 +26,7 @@
 // Usage (TraceScoreSource does this): Begin(ordinal, id) when a record enters the replay, in
 // trace order; Find() / Store() per ITF layer; End(ordinal) when the record is done (any
 // order: with concurrent requests they finish out of order); Finish() once after the run.
+// Finish() also keeps the directory under MaxDirectoryBytes() (least recently used first).
 // Not thread-safe (SimGrid actors are cooperative).
 
 #include <cstdint>
@@ -66,6 +67,10 @@ class SelectionMemo {
   // Where memos live: $KVTIER_SELECTION_MEMO if set ("off" or "0" disables them: returns ""),
   // else ${KVTIER_CACHE:-$HOME/.cache/kvtier}/selections.
   static std::string DefaultDir();
+
+  // Memos in a directory are kept under this many bytes, the least recently used deleted when
+  // a new one is written: $KVTIER_SELECTION_MEMO_MAX_MB MiB, default 4 GiB.
+  static std::uintmax_t MaxDirectoryBytes();
 
   // The key of a replay: the trace's SHA-256, the replayed model's shape, the importance model
   // for records without scores, retention, probe heads, and the running executable.

@@ -243,6 +243,33 @@ TEST_F(SelectionMemoTest, AShorterRunKeepsTheRecordsItDidNotReach) {
   EXPECT_EQ(all.reused, 59u);
 }
 
+TEST_F(SelectionMemoTest, TheDirectoryKeepsTheMostRecentlyUsedMemosUnderItsLimit) {
+  auto memos = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  Run({});
+  const std::vector<std::string> first = memos();
+  ASSERT_EQ(first.size(), 1u);
+  // Another key (another retention): a second memo; the default limit (4 GiB) keeps both.
+  key_ = SelectionMemo::MakeKey("sha-of-the-trace", Target(), "", 0.5, 3);
+  Run({});
+  ASSERT_EQ(memos().size(), 2u);
+  // A limit of 0 MiB: writing a memo deletes every other one, never the one just written.
+  setenv("KVTIER_SELECTION_MEMO_MAX_MB", "0", 1);
+  key_ = SelectionMemo::MakeKey("sha-of-the-trace", Target(), "", 0.75, 3);
+  Run({});
+  unsetenv("KVTIER_SELECTION_MEMO_MAX_MB");
+  const std::vector<std::string> last = memos();
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_NE(last[0], first[0]);
+  SelectionMemoStats s;
+  Run({}, &s);
+  EXPECT_EQ(s.computed, 0u);  // the survivor is the memo this key reads
+}
+
 TEST_F(SelectionMemoTest, TheKeyNamesWhatADecisionDependsOn) {
   const ModelSpec m = Target();
   const std::string a = SelectionMemo::MakeKey("s", m, "", 0.25, 3);
