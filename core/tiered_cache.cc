@@ -1,6 +1,7 @@
 #include "core/tiered_cache.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <memory>
 #include <unordered_map>
@@ -145,9 +146,19 @@ class TieredCache::ChunkTable {
   std::size_t size_ = 0;
 };
 
-// Indexed binary min-heap of one tier: heap_ holds the entries, each entry's record holds its
+// Indexed binary min-heap of one tier: the heap holds the entries, each entry's record holds its
 // slot, so Update/Remove of an arbitrary chunk are O(log n). SPEC §IV-D2 keeps "two min-heaps in
 // CPU memory ... the heaps' tops indicate the lowest-scored chunks".
+//
+// With pins (several requests in flight) a tier's entries are split into *lanes*, each an
+// indexed min-heap of its own: lane 0 holds every chunk as long as no victim search has found
+// it pinned by another holder; a search that meets such a chunk at the top sets it aside, into
+// lane 1 + g if holder g alone pins it (g may still evict it: its own chunk), else into the
+// locked lane. A search for holder h compares the tops of lane 0 and lane 1 + h. Each pinned
+// chunk is thus set aside once instead of being passed over by every search (popping and
+// re-pushing thousands of pinned chunks per admission made a 4-prefill run 250x slower), and
+// TieredCache::ReleasePins puts set-aside chunks back where their remaining pins say. Without
+// pins everything stays in lane 0, which is then the heap this class always was.
 class TieredCache::TierHeap {
  public:
   // The heap key is (priority, last_access, chunk id), smallest first: the lowest priority
@@ -159,45 +170,51 @@ class TieredCache::TierHeap {
     return a.chunk.value < b.chunk.value;
   }
 
-  TierHeap(Tier tier, Bytes capacity) : tier_(tier), capacity_(capacity) {}
+  static constexpr std::uint8_t kLocked = 1 + kMaxHolders;  // pinned by two or more holders
+  static constexpr std::uint8_t LaneOf(std::uint32_t pins) {
+    if (pins == 0) return 0;
+    if ((pins & (pins - 1)) != 0) return kLocked;
+    return std::uint8_t(1 + std::countr_zero(pins));
+  }
+
+  TierHeap(Tier tier, Bytes capacity) : tier_(tier), capacity_(capacity), lanes_(kLocked + 1) {}
 
   Tier tier() const { return tier_; }
   Bytes capacity() const { return capacity_; }
   Bytes used() const { return used_; }
-  std::size_t size() const { return heap_.size(); }
-  const std::vector<HeapEntry>& entries() const { return heap_; }
+  std::size_t size() const { return size_; }
+  // The entry of a resident `record` (in this tier).
+  const HeapEntry& EntryOf(const ChunkRecord* record) const {
+    return lanes_[record->lane][record->heap_pos];
+  }
+  // Calls f(entry) for every resident chunk.
+  template <typename F>
+  void ForEach(F f) const {
+    for (const std::vector<HeapEntry>& lane : lanes_) {
+      for (const HeapEntry& e : lane) f(e);
+    }
+  }
 
-  // REQUIRES: e.record is resident nowhere, used() + e.bytes <= capacity().
+  // Into lane 0. REQUIRES: e.record is resident nowhere, used() + e.bytes <= capacity().
   void Push(const HeapEntry& e) {
     KVTIER_DCHECK(e.record != nullptr && e.record->tier == Tier::kSsd,
                   "TierHeap::Push of a resident chunk");
-    const std::size_t i = heap_.size();
-    heap_.push_back(e);
-    e.record->tier = tier_;
-    e.record->heap_pos = i;
     used_ += e.bytes;
-    SiftUp(i);
+    ++size_;
+    e.record->tier = tier_;
+    PushTo(0, e);
   }
 
   // Removes the chunk of `record` and returns its entry, keyed with the record's current
   // priority and last access. REQUIRES: it is in this tier.
   HeapEntry Remove(ChunkRecord* record) {
     KVTIER_CHECK(record->tier == tier_, "TierHeap::Remove of a chunk that is not resident");
-    const std::size_t i = record->heap_pos;
-    HeapEntry out = heap_[i];
+    HeapEntry out = TakeFrom(record);
     out.priority = record->priority;
     out.last_access = record->stats.last_access;
     used_ -= out.bytes;
+    --size_;
     record->tier = Tier::kSsd;
-    const std::size_t last = heap_.size() - 1;
-    if (i != last) {
-      heap_[i] = heap_[last];
-      heap_[i].record->heap_pos = i;
-      heap_.pop_back();
-      Fix(i);
-    } else {
-      heap_.pop_back();
-    }
     return out;
   }
 
@@ -215,43 +232,52 @@ class TieredCache::TierHeap {
   void Update(ChunkRecord* record, double old_priority) {
     KVTIER_CHECK(record->tier == tier_, "TierHeap::Update of a chunk that is not resident");
     if (record->priority >= old_priority) return;  // the key rose: lazy
-    HeapEntry& e = heap_[record->heap_pos];
+    std::vector<HeapEntry>& heap = lanes_[record->lane];
+    HeapEntry& e = heap[record->heap_pos];
     const HeapEntry now{record->priority, record->stats.last_access, e.chunk, e.bytes, e.record};
     if (KeyLess(now, e)) {
       e.priority = now.priority;
       e.last_access = now.last_access;
-      SiftUp(record->heap_pos);
+      SiftUp(heap, record->heap_pos);
     }
   }
 
-  // Until the top's stored key is its record's: refresh it and sift it down. Afterwards the
-  // top is the true minimum (every stored key is at most its record's).
-  void FreshenTop() {
-    while (!heap_.empty() && !Fresh(heap_[0])) {
-      heap_[0].priority = heap_[0].record->priority;
-      heap_[0].last_access = heap_[0].record->stats.last_access;
-      SiftDown(0);
-    }
-  }
-  static bool Fresh(const HeapEntry& e) {
-    return e.priority == e.record->priority && e.last_access == e.record->stats.last_access;
+  // Moves a set-aside chunk to the lane its pins now call for (TieredCache::ReleasePins); a
+  // chunk in lane 0 stays (it is set aside when a search meets it).
+  void Rehome(ChunkRecord* record) {
+    if (record->lane == 0) return;
+    const std::uint8_t lane = LaneOf(record->pins);
+    if (lane == record->lane) return;
+    const HeapEntry e = TakeFrom(record);
+    PushTo(lane, e);
   }
 
-  // Makes room for a chunk of `bytes` with `priority`: pops the minimum until it fits, each
-  // popped chunk strictly below `priority` (ties keep the incumbent). On success the victims,
-  // in eviction order, are in victims() and out of the heap; on failure nothing changed.
-  // REQUIRES: bytes <= capacity().
-  bool CollectVictims(double priority, Bytes bytes) {
+  // Makes room for a chunk of `bytes` with `priority` on behalf of `holder` (-1: none): pops
+  // the minimum of the chunks it may evict until it fits, each popped chunk strictly below
+  // `priority` (ties keep the incumbent). A chunk pinned by another holder is never taken (it
+  // is set aside, see above). On success the victims, in eviction order, are in victims() and
+  // out of the heap; on failure nothing changed but where pinned chunks were set aside, which
+  // changes no later outcome (heap keys are unique). REQUIRES: bytes <= capacity().
+  bool CollectVictims(double priority, Bytes bytes, int holder, std::uint32_t skip_pins) {
     victims_.clear();
     Bytes free = capacity_ - used_;
+    const std::size_t own = holder < 0 ? 0 : std::size_t(1 + holder);
     while (free < bytes) {
-      FreshenTop();
-      if (heap_.empty() || !(priority > heap_[0].priority)) {
-        for (const HeapEntry& v : victims_) Push(v);  // roll back
+      std::size_t lane = 0;
+      SettleTop(0, skip_pins);
+      if (own != 0) {
+        SettleTop(own, skip_pins);
+        const std::vector<HeapEntry>& a = lanes_[0];
+        const std::vector<HeapEntry>& b = lanes_[own];
+        if (!b.empty() && (a.empty() || KeyLess(b[0], a[0]))) lane = own;
+      }
+      const std::vector<HeapEntry>& heap = lanes_[lane];
+      if (heap.empty() || !(priority > heap[0].priority)) {
+        for (const HeapEntry& v : victims_) Push(v);  // roll back (into lane 0)
         victims_.clear();
         return false;
       }
-      HeapEntry v = Remove(heap_[0].record);
+      HeapEntry v = Remove(heap[0].record);
       free += v.bytes;
       victims_.push_back(v);
     }
@@ -264,60 +290,123 @@ class TieredCache::TierHeap {
   void Check() const {
     KVTIER_CHECK(used_ <= capacity_, "a tier is over capacity");
     Bytes sum = 0;
-    for (std::size_t i = 0; i < heap_.size(); ++i) {
-      const HeapEntry& e = heap_[i];
-      sum += e.bytes;
-      KVTIER_CHECK(e.record != nullptr && e.record->tier == tier_ && e.record->heap_pos == i,
-                   "a heap entry's record disagrees with its tier or slot");
-      KVTIER_CHECK(e.bytes > 0 && e.bytes <= capacity_ && e.bytes == e.record->bytes,
-                   "a resident chunk has an impossible size");
-      const HeapEntry truth{e.record->priority, e.record->stats.last_access, e.chunk, e.bytes,
-                            e.record};
-      KVTIER_CHECK(!KeyLess(truth, e), "a heap key is above its record's (a lost decrease)");
-      if (i > 0) KVTIER_CHECK(!KeyLess(e, heap_[(i - 1) / 2]), "heap property broken");
+    std::size_t count = 0;
+    for (std::size_t lane = 0; lane < lanes_.size(); ++lane) {
+      const std::vector<HeapEntry>& heap = lanes_[lane];
+      for (std::size_t i = 0; i < heap.size(); ++i) {
+        const HeapEntry& e = heap[i];
+        sum += e.bytes;
+        ++count;
+        KVTIER_CHECK(e.record != nullptr && e.record->tier == tier_ && e.record->lane == lane &&
+                         e.record->heap_pos == i,
+                     "a heap entry's record disagrees with its tier or slot");
+        KVTIER_CHECK(e.bytes > 0 && e.bytes <= capacity_ && e.bytes == e.record->bytes,
+                     "a resident chunk has an impossible size");
+        const HeapEntry truth{e.record->priority, e.record->stats.last_access, e.chunk, e.bytes,
+                              e.record};
+        KVTIER_CHECK(!KeyLess(truth, e), "a heap key is above its record's (a lost decrease)");
+        if (i > 0) KVTIER_CHECK(!KeyLess(e, heap[(i - 1) / 2]), "heap property broken");
+        KVTIER_CHECK(lane == 0 || e.record->pins != 0, "an unpinned chunk was left set aside");
+      }
     }
     KVTIER_CHECK(sum == used_, "used bytes != sum of resident bytes");
+    KVTIER_CHECK(count == size_, "a tier miscounts its chunks");
   }
 
  private:
-  void Swap(std::size_t a, std::size_t b) {
-    std::swap(heap_[a], heap_[b]);
-    heap_[a].record->heap_pos = a;
-    heap_[b].record->heap_pos = b;
+  // Until the top's stored key is its record's: refresh it and sift it down. Afterwards the
+  // top is the true minimum of the lane (every stored key is at most its record's).
+  static void FreshenTop(std::vector<HeapEntry>& heap) {
+    while (!heap.empty() && !Fresh(heap[0])) {
+      heap[0].priority = heap[0].record->priority;
+      heap[0].last_access = heap[0].record->stats.last_access;
+      SiftDown(heap, 0);
+    }
   }
-  void SiftUp(std::size_t i) {
+  static bool Fresh(const HeapEntry& e) {
+    return e.priority == e.record->priority && e.last_access == e.record->stats.last_access;
+  }
+  // Freshens the lane's top and sets aside tops pinned by a holder in `skip_pins`, until its
+  // top may be evicted (or the lane is empty).
+  void SettleTop(std::size_t lane, std::uint32_t skip_pins) {
+    std::vector<HeapEntry>& heap = lanes_[lane];
+    for (;;) {
+      FreshenTop(heap);
+      if (heap.empty() || (heap[0].record->pins & skip_pins) == 0) return;
+      ChunkRecord* r = heap[0].record;
+      const std::uint8_t to = LaneOf(r->pins);
+      // Lane 1 + h holds chunks h alone pinned when set aside; another holder's pin since then
+      // locks it.
+      const HeapEntry e = TakeFrom(r);
+      PushTo(to == lane ? kLocked : to, e);
+    }
+  }
+
+  void PushTo(std::size_t lane, const HeapEntry& e) {
+    std::vector<HeapEntry>& heap = lanes_[lane];
+    const std::size_t i = heap.size();
+    heap.push_back(e);
+    e.record->lane = std::uint8_t(lane);
+    e.record->heap_pos = i;
+    SiftUp(heap, i);
+  }
+  // Takes the record's entry out of its lane (no accounting).
+  HeapEntry TakeFrom(ChunkRecord* record) {
+    std::vector<HeapEntry>& heap = lanes_[record->lane];
+    const std::size_t i = record->heap_pos;
+    HeapEntry out = heap[i];
+    const std::size_t last = heap.size() - 1;
+    if (i != last) {
+      heap[i] = heap[last];
+      heap[i].record->heap_pos = i;
+      heap.pop_back();
+      Fix(heap, i);
+    } else {
+      heap.pop_back();
+    }
+    record->lane = 0;
+    return out;
+  }
+
+  static void Swap(std::vector<HeapEntry>& heap, std::size_t a, std::size_t b) {
+    std::swap(heap[a], heap[b]);
+    heap[a].record->heap_pos = a;
+    heap[b].record->heap_pos = b;
+  }
+  static void SiftUp(std::vector<HeapEntry>& heap, std::size_t i) {
     while (i > 0) {
       std::size_t parent = (i - 1) / 2;
-      if (!KeyLess(heap_[i], heap_[parent])) break;
-      Swap(i, parent);
+      if (!KeyLess(heap[i], heap[parent])) break;
+      Swap(heap, i, parent);
       i = parent;
     }
   }
-  void SiftDown(std::size_t i) {
-    const std::size_t n = heap_.size();
+  static void SiftDown(std::vector<HeapEntry>& heap, std::size_t i) {
+    const std::size_t n = heap.size();
     for (;;) {
       std::size_t smallest = i;
       std::size_t l = 2 * i + 1;
       std::size_t r = l + 1;
-      if (l < n && KeyLess(heap_[l], heap_[smallest])) smallest = l;
-      if (r < n && KeyLess(heap_[r], heap_[smallest])) smallest = r;
+      if (l < n && KeyLess(heap[l], heap[smallest])) smallest = l;
+      if (r < n && KeyLess(heap[r], heap[smallest])) smallest = r;
       if (smallest == i) break;
-      Swap(i, smallest);
+      Swap(heap, i, smallest);
       i = smallest;
     }
   }
-  void Fix(std::size_t i) {
-    if (i > 0 && KeyLess(heap_[i], heap_[(i - 1) / 2])) {
-      SiftUp(i);
+  static void Fix(std::vector<HeapEntry>& heap, std::size_t i) {
+    if (i > 0 && KeyLess(heap[i], heap[(i - 1) / 2])) {
+      SiftUp(heap, i);
     } else {
-      SiftDown(i);
+      SiftDown(heap, i);
     }
   }
 
   Tier tier_;
   Bytes capacity_;
   Bytes used_ = 0;
-  std::vector<HeapEntry> heap_;
+  std::size_t size_ = 0;
+  std::vector<std::vector<HeapEntry>> lanes_;  // [0] evictable, [1 + h] holder h's, [kLocked]
   std::vector<HeapEntry> victims_;
 };
 
@@ -330,6 +419,8 @@ TieredCache::TieredCache(std::unique_ptr<CachePolicy> policy, const TieredCacheO
   KVTIER_CHECK(policy_ != nullptr, "TieredCache needs a policy");
   KVTIER_CHECK(options_.history_weight >= 0 && options_.history_weight <= 1,
                "history_weight must be in [0, 1]");
+  // The pin mask lives in the record's padding: a record stays one 64-byte cache line.
+  static_assert(sizeof(ChunkRecord) == 64, "ChunkRecord grew past a cache line");
 }
 
 TieredCache::~TieredCache() = default;
@@ -403,7 +494,57 @@ TieredCache::TierHeap& TieredCache::HeapOf(Tier tier) {
 
 void TieredCache::ForgetIfUnused(ChunkId chunk) {
   ChunkRecord* r = chunks_->Find(chunk);
-  if (r != nullptr && r->tier == Tier::kSsd && !r->accessed) EraseRecord(r);
+  if (r != nullptr && r->tier == Tier::kSsd && !r->accessed && r->pins == 0) EraseRecord(r);
+}
+
+void TieredCache::SetHolder(int holder) {
+  KVTIER_CHECK(holder >= -1 && holder < kMaxHolders, "TieredCache: pin holder out of range");
+  holder_ = holder;
+  skip_pins_ = holder < 0 ? ~0u : ~(1u << holder);
+  if (holder >= 0 && pinned_.size() <= std::size_t(holder)) pinned_.resize(std::size_t(holder) + 1);
+}
+
+void TieredCache::PinRecord(ChunkRecord* r) {
+  const std::uint32_t bit = 1u << holder_;
+  if ((r->pins & bit) != 0) return;
+  r->pins |= bit;
+  pinned_[std::size_t(holder_)].push_back(r);
+}
+
+void TieredCache::Pin(const ChunkRef& ref) {
+  if (holder_ < 0 || ref.record == nullptr) return;
+  KVTIER_CHECK(ref.epoch == epoch_, "TieredCache::Pin with a stale ChunkRef");
+  // const_cast: the ref came from Where() (const) but names this cache's own record.
+  auto* r = const_cast<ChunkRecord*>(static_cast<const ChunkRecord*>(ref.record));
+  PinRecord(r);
+}
+
+void TieredCache::ReleasePins(int holder) {
+  KVTIER_CHECK(holder >= 0 && holder < kMaxHolders, "TieredCache: pin holder out of range");
+  if (std::size_t(holder) >= pinned_.size()) return;
+  const std::uint32_t bit = 1u << holder;
+  std::vector<ChunkRecord*>& list = pinned_[std::size_t(holder)];
+  for (ChunkRecord* r : list) {
+    KVTIER_DCHECK(r->live && (r->pins & bit) != 0, "a pinned record was freed or lost its pin");
+    r->pins &= ~bit;
+    if (r->tier != Tier::kSsd) {
+      HeapOf(r->tier).Rehome(r);  // a chunk set aside for this pin goes back
+    } else if (r->pins == 0 && !r->accessed) {
+      EraseRecord(r);  // an Inserted, never-accessed chunk evicted while pinned: kept for its pin
+    }
+  }
+  list.clear();
+  AfterCall(nullptr);
+}
+
+std::size_t TieredCache::pinned_chunks(int holder) const {
+  return holder >= 0 && std::size_t(holder) < pinned_.size() ? pinned_[std::size_t(holder)].size()
+                                                             : 0;
+}
+
+bool TieredCache::Pinned(ChunkId chunk) const {
+  const ChunkRecord* r = chunks_->Find(chunk);
+  return r != nullptr && r->pins != 0;
 }
 
 // Admits `cand` (not resident anywhere) into `target`, coming from `from`. Victims leave for
@@ -413,7 +554,7 @@ bool TieredCache::Admit(const HeapEntry& cand, Tier from, Tier target,
                         std::vector<CacheMove>* moves) {
   TierHeap& heap = HeapOf(target);
   if (cand.bytes > heap.capacity()) return false;
-  if (!heap.CollectVictims(cand.priority, cand.bytes)) return false;
+  if (!heap.CollectVictims(cand.priority, cand.bytes, holder_, skip_pins_)) return false;
   // Index loop: heap.victims() is not touched by the CPU admissions below (other heap).
   const std::vector<HeapEntry>& victims = heap.victims();
   for (std::size_t i = 0; i < victims.size(); ++i) {
@@ -465,6 +606,7 @@ Tier TieredCache::AccessRecord(ChunkRecord* r, bool is_new, ChunkId chunk, Bytes
     s.important_ratio += (1 - options_.history_weight) * (important_ratio - s.important_ratio);
   }
   s.last_access = ++tick_;
+  if (holder_ >= 0) PinRecord(r);  // the request uses this chunk: no other one evicts it
   const double priority = policy_->Priority(s);
   const double old_priority = r->priority;
   r->priority = priority;
@@ -505,7 +647,7 @@ bool TieredCache::Insert(ChunkId chunk, Bytes bytes, Tier tier, std::vector<Cach
   if (now != Tier::kSsd) cand = HeapOf(now).Remove(r);
   const bool placed = Admit(cand, now, tier, moves);
   if (!placed && now != Tier::kSsd) HeapOf(now).Push(cand);  // back where it was
-  if (!placed && now == Tier::kSsd && !r->accessed) {
+  if (!placed && now == Tier::kSsd && !r->accessed && r->pins == 0) {
     EraseRecord(r);  // nothing to remember
     r = nullptr;
   }
@@ -516,6 +658,7 @@ bool TieredCache::Insert(ChunkId chunk, Bytes bytes, Tier tier, std::vector<Cach
 void TieredCache::Erase(ChunkId chunk, std::vector<CacheMove>* moves) {
   ChunkRecord* r = chunks_->Find(chunk);
   if (r == nullptr) return;
+  KVTIER_CHECK(r->pins == 0, "Erase of a chunk an in-flight request has pinned");
   if (r->tier != Tier::kSsd) {
     const Tier now = r->tier;
     HeapEntry e = HeapOf(now).Remove(r);
@@ -539,9 +682,8 @@ void TieredCache::AfterCall(const ChunkRecord* touched) {
   // call; the full check below covers every entry anyway.
   if (touched != nullptr && touched->tier != Tier::kSsd && (tick_ & 63) == 0) {
     const TierHeap& heap = touched->tier == Tier::kGpu ? *gpu_ : *cpu_;
-    KVTIER_CHECK(
-        touched->heap_pos < heap.size() && heap.entries()[touched->heap_pos].record == touched,
-        "the touched chunk's record disagrees with its heap");
+    KVTIER_CHECK(heap.EntryOf(touched).record == touched,
+                 "the touched chunk's record disagrees with its heap");
   }
   const std::size_t resident = gpu_->size() + cpu_->size();
   if (++calls_since_full_check_ >= 4 * chunks_->size() || resident < kAlwaysFullCheckBelow) {
@@ -562,22 +704,22 @@ void TieredCache::CheckInvariants() const {
     ++live;
     in_gpu += record.tier == Tier::kGpu;
     in_cpu += record.tier == Tier::kCpu;
-    KVTIER_CHECK(record.accessed || record.tier != Tier::kSsd,
-                 "a record with neither statistics nor a tier was kept");
+    KVTIER_CHECK(record.accessed || record.tier != Tier::kSsd || record.pins != 0,
+                 "a record with neither statistics, a tier nor a pin was kept");
     KVTIER_CHECK(chunks_->Find(record.chunk) == &record, "a record is not where its id says");
   });
   KVTIER_CHECK(live == chunks_->size(), "the chunk table miscounts its records");
   KVTIER_CHECK(in_gpu == gpu_->size() && in_cpu == cpu_->size(),
                "records and heaps disagree on how many chunks are cached");
   for (const TierHeap* heap : {gpu_.get(), cpu_.get()}) {
-    for (const HeapEntry& e : heap->entries()) {
+    heap->ForEach([&](const HeapEntry& e) {
       KVTIER_CHECK(chunks_->Find(e.chunk) == e.record,
                    "a heap entry points at another chunk's record");
       // The record's priority is what the policy says of its statistics (the heap key may lag
       // below it: TierHeap::Update; Check verifies it never lies above).
       KVTIER_CHECK(e.record->priority == policy_->Priority(e.record->stats),
                    "a resident chunk's priority is stale");
-    }
+    });
   }
 }
 

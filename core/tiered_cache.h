@@ -112,6 +112,29 @@ class TieredCache {
   // Statistics of `chunk`, or nullptr if it was never accessed.
   const ChunkStats* Stats(ChunkId chunk) const;
 
+  // Pins, for callers that serve several requests at once (core/pipeline.h with
+  // max_in_flight > 1). A *holder* is one in-flight request, numbered 0..kMaxHolders-1. After
+  // SetHolder(h), every Access() pins its chunk for h, and Pin() pins a looked-up chunk for h;
+  // victim selection (Access, Insert) then skips chunks pinned by any holder other than h, so a
+  // request never loses a chunk it has decided to use to a concurrent one, while it still
+  // evicts its own earlier chunks exactly as a lone request would. A candidate that finds no
+  // unpinned victim it beats is not admitted (the usual failed admission). With no holder set
+  // (-1, the default) nothing is pinned and every pinned chunk is skipped. A pinned chunk's
+  // record lives until ReleasePins(h) of its last holder. Pins never change which chunk a call
+  // with no pins outstanding picks.
+  static constexpr int kMaxHolders = 32;
+  // REQUIRES: -1 <= holder < kMaxHolders.
+  void SetHolder(int holder);
+  int holder() const { return holder_; }
+  // Pins the chunk `ref` names (filled by Where(chunk, &ref) since the last erase) for the
+  // current holder; no-op without a holder or when the chunk has no record.
+  void Pin(const ChunkRef& ref);
+  // Drops every pin of `holder` (its request is done with its chunks).
+  void ReleasePins(int holder);
+  // Chunks `holder` has pinned (distinct), and whether `chunk` is pinned by anyone.
+  std::size_t pinned_chunks(int holder) const;
+  bool Pinned(ChunkId chunk) const;
+
   // Verifies capacity, exclusivity and heap/index agreement; aborts with a message if broken.
   void CheckInvariants() const;
 
@@ -127,6 +150,8 @@ class TieredCache {
     bool accessed = false;
     bool live = false;  // false: a free slot of the ChunkTable
     Tier tier = Tier::kSsd;
+    std::uint8_t lane = 0;   // which of its tier's heaps holds it (tiered_cache.cc, TierHeap)
+    std::uint32_t pins = 0;  // bit h: pinned by holder h (lane and pins sit in padding: 64 B)
     std::size_t heap_pos = 0;  // index in the heap of `tier` (GPU or CPU only)
     Bytes bytes = 0;
   };
@@ -138,8 +163,10 @@ class TieredCache {
   // Admits `cand` (resident nowhere) into `target` after moving the victims down; false, with
   // nothing changed, when it does not fit or does not beat every victim it would need.
   bool Admit(const HeapEntry& cand, Tier from, Tier target, std::vector<CacheMove>* moves);
-  // Forgets a record that has neither statistics nor a tier (an Inserted chunk evicted).
+  // Forgets a record that has neither statistics nor a tier (an Inserted chunk evicted) nor a
+  // pin.
   void ForgetIfUnused(ChunkId chunk);
+  void PinRecord(ChunkRecord* r);
   // KVTIER_DCHECK of the invariants (see above); `touched` is the call's chunk, or nullptr.
   void AfterCall(const ChunkRecord* touched);
 
@@ -157,6 +184,9 @@ class TieredCache {
   std::uint64_t epoch_ = 1;  // bumped whenever a record is erased (ChunkRef validity)
   std::uint64_t tick_ = 0;
   std::size_t calls_since_full_check_ = 0;
+  int holder_ = -1;
+  std::uint32_t skip_pins_ = ~0u;  // victim selection skips records with (pins & skip_pins_)
+  std::vector<std::vector<ChunkRecord*>> pinned_;  // per holder, its pinned records
 };
 
 }  // namespace kvtier

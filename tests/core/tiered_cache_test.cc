@@ -322,5 +322,151 @@ TEST(TieredCacheFig14Test, LruMovesOnEverySwitchOfApplication) {
   EXPECT_EQ(r.cache_moves_measured, 5u * 2 * 2);  // two swaps of two moves per round
 }
 
+
+// ---- pins (concurrent requests: core/pipeline.h with max_in_flight > 1) -------------------------
+
+// A chunk request 0 uses stays in the GPU while request 1's accesses would evict it; once
+// request 0 releases its pins it is the victim again, as without pins.
+TEST(TieredCachePinTest, PinnedChunkIsNeverEvictedByAnotherHolder) {
+  TieredCache cache = MakeCache("lru", 100, 0);
+  std::vector<CacheMove> moves;
+  cache.SetHolder(0);
+  cache.Access(C(1), 60, 1.0, &moves);  // request 0: GPU, pinned
+  EXPECT_TRUE(cache.Pinned(C(1)));
+  EXPECT_EQ(cache.pinned_chunks(0), 1u);
+  cache.SetHolder(1);
+  // LRU: C(1) is the least recent, and C(2..5) each need its room.
+  for (std::uint32_t seg = 2; seg <= 5; ++seg) {
+    moves.clear();
+    cache.Access(C(seg), 60, 1.0, &moves);
+    EXPECT_EQ(cache.Where(C(1)), Tier::kGpu) << "evicted by request 1's access of " << seg;
+    for (const CacheMove& m : moves) EXPECT_NE(m.chunk, C(1));
+  }
+  // Request 1 could not admit C(2..5) (the only victim is pinned): failed admissions.
+  EXPECT_EQ(cache.Where(C(2)), Tier::kSsd);
+  cache.CheckInvariants();
+  cache.ReleasePins(0);
+  EXPECT_FALSE(cache.Pinned(C(1)));
+  moves.clear();
+  cache.Access(C(6), 60, 1.0, &moves);
+  EXPECT_EQ(cache.Where(C(1)), Tier::kSsd);
+  EXPECT_EQ(cache.Where(C(6)), Tier::kGpu);
+}
+
+// A request evicts its own pinned chunks exactly as a lone request would: pins only guard
+// against the other requests in flight.
+TEST(TieredCachePinTest, HolderEvictsItsOwnPinnedChunks) {
+  TieredCache pinned = MakeCache("lfu", 100, 50);
+  TieredCache plain = MakeCache("lfu", 100, 50);
+  pinned.SetHolder(3);
+  std::vector<CacheMove> a, b;
+  for (std::uint32_t seg : {1u, 2u, 1u, 3u, 4u, 2u, 5u, 1u, 6u}) {
+    a.clear();
+    b.clear();
+    pinned.Access(C(seg), 40, 0.5, &a);
+    plain.Access(C(seg), 40, 0.5, &b);
+    EXPECT_EQ(a, b) << "segment " << seg;
+  }
+  EXPECT_EQ(pinned.pinned_chunks(3), 6u);
+  pinned.ReleasePins(3);
+  EXPECT_EQ(pinned.pinned_chunks(3), 0u);
+  pinned.CheckInvariants();
+}
+
+// A victim of the GPU that is pinned elsewhere is passed over for the next one; the victims
+// taken are the lowest unpinned chunks, and a chunk planned by a lookup (Where + Pin) is
+// guarded like an accessed one.
+TEST(TieredCachePinTest, VictimSelectionSkipsPinnedAndTakesTheNextLowest) {
+  TieredCache cache = MakeCache("lru", 90, 0);
+  std::vector<CacheMove> moves;
+  cache.Access(C(1), 30, 1.0, &moves);  // no holder: nothing pinned
+  cache.Access(C(2), 30, 1.0, &moves);
+  cache.Access(C(3), 30, 1.0, &moves);
+  EXPECT_FALSE(cache.Pinned(C(1)));
+  cache.SetHolder(0);
+  TieredCache::ChunkRef ref;
+  EXPECT_EQ(cache.Where(C(1), &ref), Tier::kGpu);  // request 0 plans to use C(1)
+  cache.Pin(ref);
+  EXPECT_TRUE(cache.Pinned(C(1)));
+  cache.SetHolder(1);
+  moves.clear();
+  cache.Access(C(4), 30, 1.0, &moves);  // LRU order 1, 2, 3: C(1) is passed over
+  EXPECT_EQ(moves, (std::vector<CacheMove>{M(2, Tier::kGpu, Tier::kSsd, 30),
+                                           M(4, Tier::kSsd, Tier::kGpu, 30)}));
+  moves.clear();
+  cache.Access(C(5), 60, 1.0, &moves);  // needs two victims: C(3) and C(4), never C(1)
+  EXPECT_EQ(moves, (std::vector<CacheMove>{M(3, Tier::kGpu, Tier::kSsd, 30),
+                                           M(4, Tier::kGpu, Tier::kSsd, 30),
+                                           M(5, Tier::kSsd, Tier::kGpu, 60)}));
+  EXPECT_EQ(cache.Where(C(1)), Tier::kGpu);
+  cache.CheckInvariants();
+}
+
+// An Inserted (never accessed) chunk pinned by one request and evicted by that request's own
+// access keeps its record until the pin goes, then is forgotten as before.
+TEST(TieredCachePinTest, PinnedInsertedChunkIsForgottenWhenReleased) {
+  TieredCache cache = MakeCache("lru", 50, 0);
+  std::vector<CacheMove> moves;
+  ASSERT_TRUE(cache.Insert(C(1), 50, Tier::kGpu, &moves));
+  cache.SetHolder(0);
+  TieredCache::ChunkRef ref;
+  cache.Where(C(1), &ref);
+  cache.Pin(ref);
+  moves.clear();
+  cache.Access(C(2), 50, 1.0, &moves);  // its own pin: C(1) is the victim
+  EXPECT_EQ(cache.Where(C(1)), Tier::kSsd);
+  EXPECT_TRUE(cache.Pinned(C(1)));
+  cache.CheckInvariants();
+  cache.ReleasePins(0);
+  EXPECT_FALSE(cache.Pinned(C(1)));
+  EXPECT_EQ(cache.Stats(C(1)), nullptr);
+  cache.CheckInvariants();
+}
+
+// A chunk a victim search set aside for another holder's pin stays evictable by that holder (its
+// own chunk); pinned by two holders it is nobody's to evict; when a pin goes, the chunk is back
+// where its remaining pins say (LRU: the lowest tick leaves first).
+TEST(TieredCachePinTest, SetAsideChunksStayTheirOwnHoldersToEvict) {
+  TieredCache cache = MakeCache("lru", 90, 0);
+  std::vector<CacheMove> moves;
+  cache.SetHolder(0);
+  cache.Access(C(1), 30, 1.0, &moves);  // tick 1, pinned by 0
+  cache.Access(C(2), 30, 1.0, &moves);  // tick 2, pinned by 0
+  cache.SetHolder(1);
+  cache.Access(C(3), 30, 1.0, &moves);  // tick 3, pinned by 1: the GPU is full
+  moves.clear();
+  cache.Access(C(4), 30, 1.0, &moves);  // C(1), C(2) are 0's: set aside; 1 evicts its own C(3)
+  EXPECT_EQ(moves, (std::vector<CacheMove>{M(3, Tier::kGpu, Tier::kSsd, 30),
+                                           M(4, Tier::kSsd, Tier::kGpu, 30)}));
+  cache.CheckInvariants();
+  cache.SetHolder(0);
+  moves.clear();
+  cache.Access(C(5), 30, 1.0, &moves);  // C(4) is 1's; 0's set-aside C(1) is the lowest of its own
+  EXPECT_EQ(moves, (std::vector<CacheMove>{M(1, Tier::kGpu, Tier::kSsd, 30),
+                                           M(5, Tier::kSsd, Tier::kGpu, 30)}));
+  cache.CheckInvariants();
+  cache.SetHolder(1);
+  TieredCache::ChunkRef ref;
+  cache.Where(C(2), &ref);
+  cache.Pin(ref);  // C(2) pinned by 0 and 1
+  cache.SetHolder(0);
+  moves.clear();
+  cache.Access(C(6), 30, 1.0, &moves);  // C(2) is locked now: 0 evicts its C(5)
+  EXPECT_EQ(moves, (std::vector<CacheMove>{M(5, Tier::kGpu, Tier::kSsd, 30),
+                                           M(6, Tier::kSsd, Tier::kGpu, 30)}));
+  cache.CheckInvariants();
+  cache.ReleasePins(1);  // C(2) is 0's alone again, C(4) nobody's
+  cache.CheckInvariants();
+  moves.clear();
+  cache.Access(C(7), 30, 1.0, &moves);  // the lowest tick of C(2), C(4), C(6): C(2)
+  EXPECT_EQ(moves, (std::vector<CacheMove>{M(2, Tier::kGpu, Tier::kSsd, 30),
+                                           M(7, Tier::kSsd, Tier::kGpu, 30)}));
+  cache.ReleasePins(0);
+  cache.CheckInvariants();
+  EXPECT_EQ(cache.Where(C(4)), Tier::kGpu);
+  EXPECT_EQ(cache.Where(C(6)), Tier::kGpu);
+  EXPECT_EQ(cache.Where(C(7)), Tier::kGpu);
+}
+
 }  // namespace
 }  // namespace kvtier
