@@ -92,6 +92,8 @@ struct Pipeline::LoadGroup {
 struct Pipeline::RequestState {
   const Request* req = nullptr;
   bool warmup = false;
+  int holder = -1;                 // pin slot in the cache (max_in_flight > 1), else -1
+  std::uint64_t tree_version = 0;  // tree_version_ when `match` was looked up
   RequestRecord rec;
   Match match;
   std::int64_t n = 0, nr = 0, q = 0;
@@ -205,6 +207,8 @@ Pipeline::Pipeline(const ModelSpec& model, const PipelineOptions& options, Execu
   tree_ = std::make_unique<RadixTree>(1, s.chunk_tokens);
   reorderer_ = std::make_unique<Reorderer>(s.reorder_history_weight, s.reorder_min_accesses,
                                            s.chunk_tokens, s.reorder_min_gain);
+  KVTIER_CHECK(options_.max_in_flight >= 1 && options_.max_in_flight <= TieredCache::kMaxHolders,
+               "PipelineOptions::max_in_flight must be in [1, TieredCache::kMaxHolders]");
 }
 
 Pipeline::~Pipeline() = default;
@@ -474,7 +478,10 @@ void Pipeline::IssueLoads(RequestState& rs, int layer, KvKind kind, const Select
       tier = pre != nullptr ? cache_->Access(id, chunk_bytes, std::min(1.0, ratio), &moves, pre->ref)
                             : cache_->Access(id, chunk_bytes, std::min(1.0, ratio), &moves);
     } else {
-      tier = cache_->Where(id, &rs.prefetched.At(kind, s).ref);
+      TieredCache::ChunkRef& ref = rs.prefetched.At(kind, s).ref;
+      tier = cache_->Where(id, &ref);
+      // Planned as a GPU or CPU hit: no concurrent request may evict it before the use.
+      if (rs.holder >= 0 && tier != Tier::kSsd) cache_->Pin(ref);
     }
     if (pre != nullptr) {
       source = Source::kPrefetched;
@@ -721,7 +728,7 @@ Status Pipeline::RunLayers(RequestState& rs) {
       OpId score = SubmitCompute(rs, op, probe_ready, true);
       gpu_ops.push_back(score);
       deps.push_back(score);
-      if (Status st = executor_->Wait(score); !st.ok()) return st;
+      if (Status st = Wait(rs, score); !st.ok()) return st;
       ItfDecision d = scores_->Itf(*rs.req, l, rs.n, probe_heads, sys.itf_options);
       lr.itf_similarity = d.similarity;
       lr.itf_threshold = d.threshold;
@@ -756,7 +763,7 @@ Status Pipeline::RunLayers(RequestState& rs) {
       OpId score = SubmitCompute(rs, op, keys, true);
       gpu_ops.push_back(score);
       deps.push_back(score);
-      if (Status st = executor_->Wait(score); !st.ok()) return st;
+      if (Status st = Wait(rs, score); !st.ok()) return st;
       scores_->Scores(*rs.req, l, rs.n, all_heads, &scores);
       sel.kind = Selection::Kind::kPerHead;
       sel.per_head = SelectPerHead(scores, model_.kv_heads, rs.n, k);
@@ -944,7 +951,7 @@ Status Pipeline::RunCake(RequestState& rs) {
     std::vector<OpId> waiting;
     if (comp != kNoOp) waiting.push_back(comp);
     waiting.insert(waiting.end(), loading.begin(), loading.end());
-    std::size_t idx = executor_->WaitAny(waiting);
+    std::size_t idx = WaitAny(rs, waiting);
     if (comp != kNoOp && idx == 0) {
       comp = kNoOp;
     } else {
@@ -998,7 +1005,18 @@ Status Pipeline::RunRecompute(RequestState& rs) {
 void Pipeline::StoreNewPrefix(RequestState& rs, OpId after) {
   const SystemOptions& sys = options_.system;
   if (!sys.reuse || rs.nr <= 0) return;
-  const std::uint32_t segment = tree_->Insert(rs.req->prefix, rs.match);
+  std::uint32_t segment = 0;
+  if (tree_version_ == rs.tree_version) {
+    segment = tree_->Insert(rs.req->prefix, rs.match);
+  } else {
+    // Concurrent requests changed the tree during this one (their stores, a repack): Insert
+    // needs a match of the tree as it is. rs.match stays what this request reused (the
+    // reorderer's statistics are about it). Part or all of NR may be stored by now.
+    const Match now = tree_->Lookup(rs.req->prefix);
+    rs.nr = rs.req->prefix_tokens() - now.reused_tokens;
+    segment = tree_->Insert(rs.req->prefix, now);
+  }
+  ++tree_version_;
   if (segment == 0) return;
   if (!sys.store_new) return;
   const Segment* seg = tree_->FindSegment(segment);
@@ -1048,6 +1066,9 @@ void Pipeline::MaybeReorder(RequestId request) {
   rs.req = &dummy;
   std::vector<CacheMove> moves;
   for (std::uint32_t old_id : reorderer_->Due(*tree_)) {
+    // A request in flight reads this segment's chunks (and has them pinned): it stays due and
+    // is repacked by a later pass.
+    if (SegmentInUse(old_id)) continue;
     const Segment* old = tree_->FindSegment(old_id);
     // The stored kinds: probe keys exist only for systems that store them (StoreNewPrefix).
     std::vector<KvKind> kinds = {KvKind::kKey, KvKind::kValue};
@@ -1080,6 +1101,7 @@ void Pipeline::MaybeReorder(RequestId request) {
     std::vector<float> importance(reorderer_->MeanImportance(old_id).begin(),
                                   reorderer_->MeanImportance(old_id).end());
     const std::uint32_t new_id = tree_->Repack(old_id, importance);
+    ++tree_version_;
     const Segment* repacked = tree_->FindSegment(new_id);
     for (const Slot& slot : cached) {
       const std::uint32_t c = slot.old_id.index();
@@ -1118,11 +1140,33 @@ void Pipeline::MaybeReorder(RequestId request) {
   }
 }
 
+bool Pipeline::SegmentInUse(std::uint32_t id) const {
+  for (const RequestState* other : in_flight_) {
+    for (const MatchPiece& piece : other->match.pieces) {
+      if (piece.segment == id) return true;
+    }
+  }
+  return false;
+}
+
+Status Pipeline::Wait(RequestState& rs, OpId op) {
+  Status st = executor_->Wait(op);
+  cache_->SetHolder(rs.holder);
+  return st;
+}
+
+std::size_t Pipeline::WaitAny(RequestState& rs, std::span<const OpId> ops) {
+  const std::size_t i = executor_->WaitAny(ops);
+  cache_->SetHolder(rs.holder);
+  return i;
+}
+
 void Pipeline::RetireBackground(bool wait_all) {
   std::size_t kept = 0;
   for (std::size_t i = 0; i < background_.size(); ++i) {
+    // Index, not a reference held across the wait: a request running inside it may append.
+    if (wait_all) executor_->Wait(background_[i].op);
     Background& b = background_[i];
-    if (wait_all) executor_->Wait(b.op);
     if (wait_all || executor_->Done(b.op)) {
       OpTimes t = executor_->Retire(b.op);
       b.record.submit_s = t.submit_s;
@@ -1139,10 +1183,24 @@ void Pipeline::RetireBackground(bool wait_all) {
 // ---- Run -----------------------------------------------------------------------------------------
 
 Status Pipeline::Run(const Request& request, bool warmup) {
+  KVTIER_CHECK(int(in_flight_.size()) < options_.max_in_flight,
+               "Pipeline::Run: more requests in flight than max_in_flight");
+  RequestState rs;
+  if (options_.max_in_flight > 1) {
+    // The lowest free pin slot; released at the end of this call.
+    for (int h = 0; h < TieredCache::kMaxHolders; ++h) {
+      if ((holders_in_use_ & (1u << h)) == 0) {
+        rs.holder = h;
+        break;
+      }
+    }
+    KVTIER_CHECK(rs.holder >= 0, "Pipeline::Run: no free pin slot");
+    holders_in_use_ |= 1u << rs.holder;
+  }
+  cache_->SetHolder(rs.holder);
   RetireBackground(false);
   MaybeReorder(request.id);
   const SystemOptions& sys = options_.system;
-  RequestState rs;
   rs.req = &request;
   rs.warmup = warmup;
   rs.rec.request_id = request.id;
@@ -1153,9 +1211,14 @@ Status Pipeline::Run(const Request& request, bool warmup) {
   rs.rec.warmup = warmup;
   rs.q = request.query_tokens;
   if (tree_->tokens_per_symbol() != request.tokens_per_symbol) {
+    KVTIER_CHECK(in_flight_.empty(),
+                 "Pipeline::Run: tokens_per_symbol changed while other requests are in flight");
     tree_ = std::make_unique<RadixTree>(request.tokens_per_symbol, sys.chunk_tokens);
+    ++tree_version_;
   }
   if (sys.reuse) rs.match = tree_->Lookup(request.prefix);
+  rs.tree_version = tree_version_;
+  in_flight_.push_back(&rs);
   rs.n = rs.match.reused_tokens;
   rs.nr = request.prefix_tokens() - rs.n;
   rs.rec.reused_tokens = rs.n;
@@ -1182,7 +1245,7 @@ Status Pipeline::Run(const Request& request, bool warmup) {
   out.new_tokens = 1;
   out.context_tokens = 1;
   OpId output = SubmitCompute(rs, out, {last}, true);
-  if (st.ok()) st = executor_->Wait(output);
+  if (st.ok()) st = Wait(rs, output);
   rs.rec.end_s = executor_->Now();
 
   if (st.ok()) {
@@ -1206,7 +1269,7 @@ Status Pipeline::Run(const Request& request, bool warmup) {
   Seconds gpu_busy = 0;
   std::unordered_map<OpId, OpTimes> times;
   for (const auto& o : rs.ops) {
-    if (!executor_->Done(o.op)) executor_->Wait(o.op);
+    if (!executor_->Done(o.op)) Wait(rs, o.op);
     OpTimes t = executor_->Retire(o.op);
     times[o.op] = t;
     if (o.is_transfer) {
@@ -1253,17 +1316,25 @@ Status Pipeline::Run(const Request& request, bool warmup) {
       totals_.prefetch_used_chunks += lr.prefetch_used_chunks;
     }
   }
+  in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), &rs));
+  if (rs.holder >= 0) {
+    cache_->ReleasePins(rs.holder);
+    holders_in_use_ &= ~(1u << rs.holder);
+  }
+  cache_->SetHolder(-1);
   return st;
 }
 
 void Pipeline::Prewarm(const Request& request) {
   const SystemOptions& sys = options_.system;
   if (!sys.reuse) return;
+  KVTIER_CHECK(in_flight_.empty(), "Pipeline::Prewarm with requests in flight");
   if (tree_->tokens_per_symbol() != request.tokens_per_symbol) {
     tree_ = std::make_unique<RadixTree>(request.tokens_per_symbol, sys.chunk_tokens);
   }
   Match match = tree_->Lookup(request.prefix);
   std::uint32_t segment = tree_->Insert(request.prefix, match);
+  ++tree_version_;
   if (segment == 0) return;
   const Segment* seg = tree_->FindSegment(segment);
   std::vector<CacheMove> moves;
@@ -1285,6 +1356,7 @@ void Pipeline::Prewarm(const Request& request) {
 }
 
 void Pipeline::Finish() {
+  KVTIER_CHECK(in_flight_.empty(), "Pipeline::Finish with requests in flight");
   RetireBackground(true);
   const PipelineTotals& t = totals_;
   const double accesses = double(t.gpu_hit_chunks + t.cpu_hit_chunks + t.ssd_read_chunks);

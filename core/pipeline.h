@@ -26,9 +26,23 @@
 //   reorder.enabled: every reorder.interval, repack the segments whose importance order
 //       changed (background SSD reads + writes).
 //
-// Not thread-safe; one Pipeline per executor. Decisions depend only on the request sequence,
-// the trace's importance and the config, never on timing, so every executor makes the same
-// decisions for the same inputs.
+// Not thread-safe; one Pipeline per executor. With max_in_flight = 1 (one request at a time),
+// decisions depend only on the request sequence, the trace's importance and the config, never
+// on timing, so every executor makes the same decisions for the same inputs.
+//
+// Several requests at once (max_in_flight > 1): Run may be entered again by another SimGrid
+// actor while one request is blocked in an executor wait (the simulator's concurrent
+// prefills; actors are cooperative, so nothing else runs between two waits). The caches, the
+// radix tree, the reorderer and the background list are shared; what keeps them consistent:
+//   - every chunk a request accesses, or plans to take from GPU or CPU memory for a prefetch,
+//     is pinned for it in the TieredCache until the request ends: other requests' victim
+//     selection skips it (the request's own still evicts it, as it would alone);
+//   - a segment an in-flight request reads is not repacked (the reorderer keeps it due);
+//   - storing the new prefix looks the prefix up again if the tree changed since the request's
+//     lookup (RadixTree::Insert requires an unchanged tree);
+//   - the radix tree is only replaced (a new tokens_per_symbol) with no request in flight.
+// Then the interleaving of requests, and so the decisions, depend on timing; the simulator is
+// deterministic, so the same inputs still give the same rows.
 
 #include <cstdint>
 #include <memory>
@@ -55,6 +69,9 @@ struct PipelineOptions {
   bool log_chunk_decisions = true;
   // Fill ChunkIo::rows of transfers (executors that move real bytes need them).
   bool chunk_detail = true;
+  // How many Run calls may be in flight at once (1..TieredCache::kMaxHolders); above 1 the
+  // pipeline pins what each request uses (see above). 1 takes no pins at all.
+  int max_in_flight = 1;
 };
 
 // Running totals over all measured (non-warm-up) requests.
@@ -84,6 +101,8 @@ class Pipeline {
   // Serves `request` starting now (the caller has handled arrival and queueing). Logs its
   // request, layer, transfer and decision rows; `warmup` marks them excluded from statistics.
   // Returns the first executor error, if any (the request is then logged with that status).
+  // REQUIRES: fewer than options.max_in_flight calls in flight (other actors' Run calls
+  // blocked in an executor wait); `request` outlives the call.
   Status Run(const Request& request, bool warmup = false);
 
   // Stores `request`'s prefix and places its chunks in the caches (GPU first, then CPU) without
@@ -91,6 +110,7 @@ class Pipeline {
   void Prewarm(const Request& request);
 
   // Waits for background work (stores, promotions, repacks), logs it and the run's metrics.
+  // REQUIRES: no Run in flight.
   void Finish();
 
   const TieredCache& cache() const { return *cache_; }
@@ -116,6 +136,12 @@ class Pipeline {
                       bool background);
   void StoreNewPrefix(RequestState& rs, OpId after);
   void MaybeReorder(RequestId request);
+  // Executor waits made by a request: other requests may run inside them, so afterwards the
+  // cache's pin holder is this request's again.
+  Status Wait(RequestState& rs, OpId op);
+  std::size_t WaitAny(RequestState& rs, std::span<const OpId> ops);
+  // True if an in-flight request reads segment `id` (its match references it).
+  bool SegmentInUse(std::uint32_t id) const;
   void RetireBackground(bool wait_all);
   Bytes ChunkBytes(const Segment& seg, std::uint32_t chunk, KvKind kind) const;
 
@@ -135,6 +161,9 @@ class Pipeline {
   };
   std::vector<Background> background_;
   PipelineTotals totals_;
+  std::vector<const RequestState*> in_flight_;  // requests inside Run, oldest first
+  std::uint32_t holders_in_use_ = 0;  // bit h: a request in flight holds pin slot h
+  std::uint64_t tree_version_ = 0;    // bumped by every Insert and Repack
 };
 
 }  // namespace kvtier
