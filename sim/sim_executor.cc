@@ -7,6 +7,8 @@
 #include <cmath>
 #include <exception>
 #include <optional>
+#include <span>
+#include <string>
 
 #include "core/check.h"
 #include "models/layer_table.h"
@@ -44,6 +46,38 @@ struct SimExecutor::Impl {
   OpId next = 1;
   std::uint64_t* activities = nullptr;
 
+  // Several driving actors (Run with actors > 1). Exactly one actor holds the *baton* at a
+  // time: it runs pipeline code, or it pumps (waits in SimGrid for the next completion, on
+  // behalf of every waiting actor). The others are parked on their semaphore. So no actor
+  // submits while another is inside wait_any (whose activity set would be stale), simulated
+  // time advances only in the pump, and after every completion each actor whose wait is now
+  // satisfied runs before time moves on: completions release waiters at their exact times,
+  // as with one actor. Among actors satisfied at the same instant, the one registered
+  // earliest runs first (FIFO).
+  struct Waiter {
+    enum class Kind { kStart, kOp, kAny, kTime, kDrain } kind = Kind::kStart;
+    OpId op = kNoOp;
+    std::span<const OpId> any;
+    std::size_t any_index = 0;  // kAny: the first done op, once satisfied
+    Seconds deadline = 0;       // kTime
+    bool reached = false;       // kTime: the pump timed out at the deadline
+    sg4::SemaphorePtr wake;     // released when this actor is handed the baton
+  };
+  std::vector<Waiter> actor_waiters;  // one per actor; empty with one actor
+  std::vector<Waiter*> waiting;       // registered waits, oldest first
+  Waiter* holder = nullptr;           // the actor holding the baton
+
+  bool multi() const { return !actor_waiters.empty(); }
+  bool Satisfied(Waiter& w);
+  Waiter* FirstSatisfied();
+  // Blocks the baton holder until its wait `me` is satisfied (see above).
+  void Block(Waiter& me);
+  // One step of the pump: the next completion, or the earliest deadline.
+  void PumpForWaiters();
+  // The holder's actor ends: the baton goes to the first satisfied waiter, else to the oldest
+  // waiter (to pump), else nobody.
+  void Leave();
+
   void BuildPlatform();
   void Start(OpId id);
   void StartActivity(OpId id);
@@ -62,8 +96,10 @@ void SimExecutor::Impl::BuildPlatform() {
   auto* zone = sg4::create_full_zone("node");
   ssd = zone->create_host("ssd", 1.0);
   cpu = zone->create_host("cpu", hw.cpu_gather_bw);  // flops = bytes gathered
-  gpu = zone->create_host("gpu", 1.0);                // flops = seconds
-  gpu->set_core_count(hw.gpu_concurrent_prefills);
+  // flops = seconds. One core whatever gpu.concurrent_prefills says: concurrent prefills'
+  // compute steps share the GPU's throughput fairly (two at once each take twice as long);
+  // what concurrency buys is one request's I/O overlapping another's compute.
+  gpu = zone->create_host("gpu", 1.0);
   dispatch = zone->create_host("dispatch", 1.0);  // flops = seconds
   dispatch->set_core_count(1 << 20);
   auto* ssd_read = zone->create_link("ssd_read", hw.ssd_read_bw);
@@ -179,6 +215,86 @@ void SimExecutor::Impl::PumpOne() {
   Complete(static_cast<std::size_t>(i));
 }
 
+bool SimExecutor::Impl::Satisfied(Waiter& w) {
+  switch (w.kind) {
+    case Waiter::Kind::kStart: return true;
+    case Waiter::Kind::kOp: return ops.at(w.op).state == State::kDone;
+    case Waiter::Kind::kAny:
+      for (std::size_t i = 0; i < w.any.size(); ++i) {
+        if (ops.at(w.any[i]).state == State::kDone) {
+          w.any_index = i;
+          return true;
+        }
+      }
+      return false;
+    case Waiter::Kind::kTime: return w.reached || sg4::Engine::get_clock() >= w.deadline;
+    case Waiter::Kind::kDrain: return running.empty();
+  }
+  return false;
+}
+
+SimExecutor::Impl::Waiter* SimExecutor::Impl::FirstSatisfied() {
+  for (Waiter* w : waiting) {
+    if (Satisfied(*w)) return w;
+  }
+  return nullptr;
+}
+
+void SimExecutor::Impl::PumpForWaiters() {
+  double deadline = -1;  // the earliest pending deadline, if any
+  for (Waiter* w : waiting) {
+    if (w->kind == Waiter::Kind::kTime && !w->reached && (deadline < 0 || w->deadline < deadline)) {
+      deadline = w->deadline;
+    }
+  }
+  auto reach = [&] {
+    for (Waiter* w : waiting) {
+      if (w->kind == Waiter::Kind::kTime && w->deadline <= deadline) w->reached = true;
+    }
+  };
+  if (running.empty()) {
+    KVTIER_CHECK(deadline >= 0, "SimExecutor: every actor waits with nothing in flight");
+    sg4::this_actor::sleep_until(deadline);
+    reach();
+    return;
+  }
+  if (deadline < 0) {
+    PumpOne();
+    return;
+  }
+  const ssize_t i = sg4::Activity::wait_any_for(running, deadline - sg4::Engine::get_clock());
+  if (i < 0) {
+    reach();  // timed out at the deadline
+    return;
+  }
+  Complete(static_cast<std::size_t>(i));
+}
+
+void SimExecutor::Impl::Block(Waiter& me) {
+  KVTIER_CHECK(holder == &me, "SimExecutor: a wait from an actor that does not hold the baton");
+  waiting.push_back(&me);
+  for (;;) {
+    Waiter* next = FirstSatisfied();
+    if (next == &me) break;
+    if (next != nullptr) {  // an earlier waiter runs first; the baton comes back later
+      holder = next;
+      next->wake->release();
+      me.wake->acquire();
+      KVTIER_CHECK(holder == &me, "SimExecutor: woken without the baton");
+      continue;
+    }
+    PumpForWaiters();
+  }
+  waiting.erase(std::find(waiting.begin(), waiting.end(), &me));
+}
+
+void SimExecutor::Impl::Leave() {
+  Waiter* next = FirstSatisfied();
+  if (next == nullptr && !waiting.empty()) next = waiting.front();  // it will pump
+  holder = next;
+  if (next != nullptr) next->wake->release();
+}
+
 SimExecutor::SimExecutor(const ModelSpec& model, const HardwareOptions& hardware)
     : SimExecutor(model, hardware, ComputeTimer::FromOptions(model, hardware)) {}
 
@@ -197,16 +313,51 @@ SimExecutor::~SimExecutor() = default;
 const ComputeTimer& SimExecutor::compute_timer() const { return *impl_->timer; }
 
 void SimExecutor::Run(std::function<void()> body) {
+  Run(1, [&body](int) { body(); });
+}
+
+void SimExecutor::Run(int actors, std::function<void(int)> body) {
+  KVTIER_CHECK(actors >= 1, "SimExecutor::Run needs at least one actor");
   std::exception_ptr error;
-  // Notes P6: an exception escaping an actor aborts the process; carry it out instead.
-  sg4::Actor::create("pipeline", impl_->cpu, [&body, &error] {
-    try {
-      body();
-    } catch (...) {
-      error = std::current_exception();
-    }
-  });
-  impl_->engine->run();
+  if (actors == 1) {
+    // Notes P6: an exception escaping an actor aborts the process; carry it out instead.
+    sg4::Actor::create("pipeline", impl_->cpu, [&body, &error] {
+      try {
+        body(0);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    });
+    impl_->engine->run();
+    if (error) std::rethrow_exception(error);
+    return;
+  }
+  // Actor 0 starts with the baton; the others wait for it in a start wait, in actor order.
+  Impl& im = *impl_;
+  im.actor_waiters.assign(std::size_t(actors), Impl::Waiter{});
+  for (Impl::Waiter& w : im.actor_waiters) w.wake = sg4::Semaphore::create(0);
+  im.holder = &im.actor_waiters[0];
+  for (int a = 1; a < actors; ++a) im.waiting.push_back(&im.actor_waiters[std::size_t(a)]);
+  for (int a = 0; a < actors; ++a) {
+    sg4::Actor::create(a == 0 ? "pipeline" : "pipeline-" + std::to_string(a), im.cpu,
+                       [&im, &body, &error, a] {
+      Impl::Waiter& me = im.actor_waiters[std::size_t(a)];
+      if (a > 0) {
+        me.wake->acquire();
+        KVTIER_CHECK(im.holder == &me, "SimExecutor: an actor started without the baton");
+        im.waiting.erase(std::find(im.waiting.begin(), im.waiting.end(), &me));
+      }
+      try {
+        body(a);
+      } catch (...) {
+        if (!error) error = std::current_exception();
+      }
+      im.Leave();
+    });
+  }
+  im.engine->run();
+  KVTIER_CHECK(error || im.waiting.empty(), "SimExecutor: the simulation ended with actors waiting");
+  im.actor_waiters.clear();
   if (error) std::rethrow_exception(error);
 }
 
@@ -279,12 +430,26 @@ OpId SimExecutor::Submit(ComputeOp op, std::span<const OpId> after) {
 }
 
 Status SimExecutor::Wait(OpId op) {
+  if (impl_->multi()) {
+    Impl::Waiter& me = *impl_->holder;
+    me.kind = Impl::Waiter::Kind::kOp;
+    me.op = op;
+    impl_->Block(me);
+    return Status::OK();
+  }
   while (impl_->ops.at(op).state != Impl::State::kDone) impl_->PumpOne();
   return Status::OK();
 }
 
 std::size_t SimExecutor::WaitAny(std::span<const OpId> ops) {
   KVTIER_CHECK(!ops.empty(), "SimExecutor: WaitAny on nothing");
+  if (impl_->multi()) {
+    Impl::Waiter& me = *impl_->holder;
+    me.kind = Impl::Waiter::Kind::kAny;
+    me.any = ops;
+    impl_->Block(me);
+    return me.any_index;
+  }
   while (true) {
     for (std::size_t i = 0; i < ops.size(); ++i) {
       if (impl_->ops.at(ops[i]).state == Impl::State::kDone) return i;
@@ -316,6 +481,15 @@ OpTimes SimExecutor::Retire(OpId op) {
 }
 
 void SimExecutor::IdleUntil(Seconds t) {
+  if (impl_->multi()) {
+    if (Now() >= t) return;
+    Impl::Waiter& me = *impl_->holder;
+    me.kind = Impl::Waiter::Kind::kTime;
+    me.deadline = t;
+    me.reached = false;
+    impl_->Block(me);
+    return;
+  }
   while (Now() < t) {
     if (impl_->running.empty()) {
       sg4::this_actor::sleep_until(t);
@@ -328,6 +502,12 @@ void SimExecutor::IdleUntil(Seconds t) {
 }
 
 void SimExecutor::Drain() {
+  if (impl_->multi()) {
+    Impl::Waiter& me = *impl_->holder;
+    me.kind = Impl::Waiter::Kind::kDrain;
+    impl_->Block(me);
+    return;
+  }
   while (!impl_->running.empty()) impl_->PumpOne();
 }
 

@@ -7,6 +7,8 @@
 //   CPU gather      an exec on the `cpu` host (speed = gather bandwidth, flops = bytes);
 //   compute         an exec on the `gpu` host (speed 1, flops = seconds from the cost model,
 //                   corrected by the measured gpu.layer_table when set: models/layer_table.h).
+//                   The host has one core: compute steps of concurrent prefills share its
+//                   throughput fairly (k at once each progress at 1/k of the speed).
 // Per-I/O costs are charged as equivalent bytes on the same resource, so they also occupy it
 // under contention: an SSD op of `ios` I/Os at queue depth QD costs ceil(ios/QD) * ssd.latency,
 // a PCIe op `ios` * pcie.latency. Alone, an op of b bytes takes exactly b/bw + that latency.
@@ -19,8 +21,15 @@
 // at the exact simulated time its last dependency completes — simulated time only advances
 // while the driving actor waits, so this is exact.
 //
+// Several driving actors (Run(actors, body), the simulator's concurrent prefills): each may
+// call every method. Only one runs at a time; an actor yields only inside Wait, WaitAny,
+// IdleUntil and Drain, where the executor hands control to the longest-waiting actor whose
+// wait is satisfied, or else waits in SimGrid for the next completion (or the earliest
+// IdleUntil deadline) on behalf of all of them. Dependencies stay exact. With one actor the
+// executor behaves exactly as before (same SimGrid calls, same activity sequence).
+//
 // One SimExecutor per process (SimGrid's Engine is a singleton; notes P3). All methods must be
-// called from the one actor that drives the Pipeline.
+// called from the actors that Run started.
 
 #include <memory>
 #include <unordered_map>
@@ -46,6 +55,11 @@ class SimExecutor : public Executor {
   // Runs `body` as the one driving actor and returns when the simulation has ended (every
   // activity finished). Exceptions thrown by `body` are rethrown here.
   void Run(std::function<void()> body);
+  // Runs body(0) ... body(actors - 1) as `actors` cooperative driving actors, started in that
+  // order at time 0, and returns when the simulation has ended. The first exception thrown by
+  // a body is rethrown here (the other actors run on). An actor should end with Drain() so
+  // that it leaves no activity of its own running. REQUIRES: actors >= 1; called once.
+  void Run(int actors, std::function<void(int)> body);
 
   Seconds Now() override;
   OpId Submit(TransferOp op, std::span<const OpId> after) override;
@@ -55,9 +69,11 @@ class SimExecutor : public Executor {
   bool Done(OpId op) override;
   OpTimes Retire(OpId op) override;
 
-  // Lets simulated time pass until `t` (a request's arrival) while background work proceeds.
+  // Lets simulated time pass until `t` (a request's arrival) while background work (and the
+  // other actors' requests) proceed.
   void IdleUntil(Seconds t);
-  // Waits until every submitted op has completed.
+  // Waits until every submitted op has completed (with several actors: until nothing is in
+  // flight, which may be a pause between other actors' requests).
   void Drain();
 
   std::uint64_t activities_started() const { return activities_; }

@@ -9,6 +9,7 @@
 #include "core/errors.h"
 #include "core/options.h"
 #include "core/pipeline.h"
+#include "sim/serve.h"
 #include "sim/sim_executor.h"
 #include "traces/score_source.h"
 #include "traces/selection_memo.h"
@@ -20,9 +21,11 @@ SimulationResult RunSimulation(const Config& config, const std::string& trace_pa
                                const std::string& out_path, const ProgressFn& progress) {
   const auto wall_start = std::chrono::steady_clock::now();
   const ExperimentOptions opts = BuildOptions(config);
-  if (opts.hardware.gpu_concurrent_prefills != 1) {
-    throw ConfigError(config.Where("gpu.concurrent_prefills") +
-                      ": the simulator serves one prefill at a time; only 1 is supported");
+  // Each concurrent prefill is an in-flight request holding a pin slot of the caches.
+  if (opts.hardware.gpu_concurrent_prefills > TieredCache::kMaxHolders) {
+    throw ConfigError(config.Where("gpu.concurrent_prefills") + ": at most " +
+                      std::to_string(TieredCache::kMaxHolders) + " concurrent prefills, got " +
+                      std::to_string(opts.hardware.gpu_concurrent_prefills));
   }
   // Read the measured layer table (if any) before touching the output: a bad one is exit 2.
   std::optional<ComputeTimer> timer;
@@ -63,6 +66,7 @@ SimulationResult RunSimulation(const Config& config, const std::string& trace_pa
   popts.system = opts.system;
   popts.log_chunk_decisions = config.GetBool("log.chunk_decisions");
   popts.chunk_detail = false;  // the simulator needs byte totals only
+  popts.max_in_flight = opts.hardware.gpu_concurrent_prefills;
   Pipeline pipeline(opts.model, popts, &executor, &scores, &log);
 
   long long total = 0;  // for progress only; 0 when the trace does not say
@@ -76,34 +80,37 @@ SimulationResult RunSimulation(const Config& config, const std::string& trace_pa
   SimulationResult result;
   result.run_id = run_id;
   std::string error;
-  executor.Run([&] {
-    const long long max = opts.run.max_requests;
-    if (opts.run.prewarm) {
-      TraceReader warm(trace_path);
-      TraceRecord rec;
-      for (long long i = 0; warm.Next(&rec) && (max == 0 || i < max); ++i) {
-        pipeline.Prewarm(rec.request);
-      }
-    }
-    TraceReader reader(trace_path);
+  const long long max = opts.run.max_requests;
+  if (opts.run.prewarm) {  // no simulated time passes: before the actors start
+    TraceReader warm(trace_path);
     TraceRecord rec;
-    long long done = 0;
-    while ((max == 0 || done < max) && reader.Next(&rec)) {
-      if (rec.request.arrival_s > executor.Now()) executor.IdleUntil(rec.request.arrival_s);
-      const RequestId id = rec.request.id;
-      Request request = rec.request;
-      scores.Add(std::move(rec));
-      Status st = pipeline.Run(request, done < opts.run.warmup_requests);
-      scores.Release(id);
-      if (!st.ok() && error.empty()) error = st.ToString();
-      ++done;
-      if (progress) progress(done, total, executor.Now());
+    for (long long i = 0; warm.Next(&rec) && (max == 0 || i < max); ++i) {
+      pipeline.Prewarm(rec.request);
     }
-    pipeline.Finish();
-    executor.Drain();
-    result.requests = done;
-    result.simulated_s = executor.Now();
-  });
+  }
+  // Requests are taken in trace (arrival) order by gpu.concurrent_prefills workers
+  // (sim/serve.h); their importance is registered when taken, so in trace order.
+  TraceReader reader(trace_path);
+  long long taken = 0, done = 0;
+  const ServeResult served = ServeRequests(
+      executor, pipeline, opts.hardware.gpu_concurrent_prefills,
+      [&](ServeItem* item) {
+        TraceRecord rec;
+        if ((max != 0 && taken >= max) || !reader.Next(&rec)) return false;
+        item->request = rec.request;
+        item->warmup = taken < opts.run.warmup_requests;
+        ++taken;
+        scores.Add(std::move(rec));
+        return true;
+      },
+      [&](const ServeItem& item, const Status& st) {
+        scores.Release(item.request.id);
+        if (!st.ok() && error.empty()) error = st.ToString();
+        ++done;
+        if (progress) progress(done, total, executor.Now());
+      });
+  result.requests = served.requests;
+  result.simulated_s = served.simulated_s;
   result.activities = executor.activities_started();
   if (memo) {
     memo->Finish();

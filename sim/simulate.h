@@ -4,10 +4,11 @@
 // Engine can be created once per process: notes/simgrid-3.32 P3) and `kvtier sweep` per grid
 // point.
 //
-// Requests arrive at their trace times; the GPU serves one prefill at a time (queueing shows
-// in ttft_arrival_s - ttft_s). With run.prewarm, every prefix of the trace is stored and the
-// caches filled before the first request (SPEC §VI-B); the first run.warmup_requests requests
-// are simulated but excluded from statistics.
+// Requests arrive at their trace times; the GPU serves gpu.concurrent_prefills prefills at
+// once, taken in arrival order (sim/serve.h; queueing shows in ttft_arrival_s - ttft_s). With
+// run.prewarm, every prefix of the trace is stored and the caches filled before the first
+// request (SPEC §VI-B); the first run.warmup_requests requests are simulated but excluded from
+// statistics.
 
 #include <functional>
 #include <string>
