@@ -58,7 +58,7 @@ constexpr KeySpec kKeys[] = {
     {"gpu.efficiency", K::kDouble, "0.6", nullptr, "fraction of peak FLOP/s GEMMs reach"},
     {"gpu.mem_bw", K::kBandwidth, "2TB/s", nullptr, "HBM bandwidth"},
     {"gpu.kernel_overhead", K::kDuration, "20us", nullptr, "fixed cost per layer step"},
-    {"gpu.concurrent_prefills", K::kInt, "1", nullptr, "prefills the GPU serves at once"},
+    {"gpu.concurrent_prefills", K::kInt, "1", nullptr, "prefills served at once (sim; at most 32): requests taken in arrival order, their compute sharing the GPU's throughput, their I/O overlapping each other's compute; kvtier hw supports 1"},
     {"gpu.layer_table", K::kPath, "", nullptr, "measured per-layer-step times (CSV) that correct the roofline; relative to the file setting it"},
 
     // [system] — configs/systems/*.ini; every technique is a switch.
