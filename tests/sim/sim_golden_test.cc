@@ -14,35 +14,18 @@
 #include "models/cost_model.h"
 #include "models/layer_table.h"
 #include "sim/sim_executor.h"
+#include "tests/sim/golden_setup.h"
 #include "tests/testutil/scripted_scores.h"
 
 namespace kvtier::sim {
 namespace {
 
-// The golden tests' model: one layer, K of one token in one layer = 4 * 16 * 2 B = 128 B.
-ModelSpec GoldenModel() {
-  ModelSpec m;
-  m.name = "golden";
-  m.family = ModelFamily::kLlama;
-  m.layers = 1;
-  m.hidden = 64;
-  m.heads = 4;
-  m.kv_heads = 4;
-  m.head_dim = 16;
-  m.ffn = 128;
-  m.vocab = 1000;
-  m.max_context = 4096;
-  return m;
-}
+using kvtier::testing::GoldenHw;
+using kvtier::testing::GoldenModel;
 
 TEST(SimGolden, OneLayerAsRequestFromSsd) {
   const ModelSpec m = GoldenModel();
-  HardwareOptions hw;
-  hw.ssd_read_bw = 5e9;
-  hw.ssd_latency = 80e-6;
-  hw.ssd_queue_depth = 32;
-  hw.pcie_h2d_bw = 25e9;
-  hw.pcie_latency = 10e-6;
+  const HardwareOptions hw = GoldenHw();
   SystemOptions sys;
   sys.name = "as";
   sys.chunk_tokens = 64;
