@@ -18,7 +18,7 @@
 #include "models/cost_model.h"
 #include "sim/serve.h"
 #include "sim/sim_executor.h"
-#include "tests/sim/golden_setup.h"
+#include "tests/sim/sim_testutil.h"
 #include "tests/testutil/scripted_scores.h"
 
 namespace kvtier::sim {
@@ -26,6 +26,7 @@ namespace {
 
 using kvtier::testing::GoldenHw;
 using kvtier::testing::GoldenModel;
+using kvtier::testing::InChildText;
 
 Request Prefix128(RequestId id, Seconds arrival) {
   Request r;
@@ -167,29 +168,6 @@ TEST(SimConcurrencyGolden, SecondPrefillOverlapsItsLoadsWithTheFirstsComputeTwoA
 
 // ---- determinism ---------------------------------------------------------------------------------
 
-// Runs `fn` in a forked child and returns the text it writes (one SimGrid engine each).
-std::string InChild(const std::function<std::string()>& fn) {
-  int fds[2];
-  EXPECT_EQ(pipe(fds), 0);
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    const std::string out = fn();
-    ssize_t n = write(fds[1], out.data(), out.size());
-    _exit(n == ssize_t(out.size()) ? 0 : 1);
-  }
-  close(fds[1]);
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, std::size_t(n));
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  return out;
-}
-
 // A loaded spec run (small caches, reordering, layer prefetch; requests every 0.2 ms sharing
 // three prefixes) served three at a time: every request, layer, transfer and decision row.
 std::string LoadedRunRows(int workers) {
@@ -281,8 +259,8 @@ std::string LoadedRunRows(int workers) {
 }
 
 TEST(SimConcurrency, ThreePrefillsAtOnceAreDeterministic) {
-  const std::string a = InChild([] { return LoadedRunRows(3); });
-  const std::string b = InChild([] { return LoadedRunRows(3); });
+  const std::string a = InChildText([] { return LoadedRunRows(3); });
+  const std::string b = InChildText([] { return LoadedRunRows(3); });
   ASSERT_FALSE(a.empty());
   EXPECT_EQ(a, b);
   EXPECT_NE(a.find("requests 24\n"), std::string::npos);
@@ -317,8 +295,8 @@ TEST(SimConcurrency, MorePrefillsCutTheQueueingOfALoadedRun) {
     }
     return n > 0 ? sum / n : -1;
   };
-  const std::string one = InChild([] { return LoadedRunRows(1); });
-  const std::string three = InChild([] { return LoadedRunRows(3); });
+  const std::string one = InChildText([] { return LoadedRunRows(1); });
+  const std::string three = InChildText([] { return LoadedRunRows(3); });
   EXPECT_NE(one.find("overlapping 0 "), std::string::npos);
   EXPECT_LT(mean_arrival_ttft(three), mean_arrival_ttft(one));
 }

@@ -14,7 +14,7 @@
 #include "models/cost_model.h"
 #include "models/layer_table.h"
 #include "sim/sim_executor.h"
-#include "tests/sim/golden_setup.h"
+#include "tests/sim/sim_testutil.h"
 #include "tests/testutil/scripted_scores.h"
 
 namespace kvtier::sim {

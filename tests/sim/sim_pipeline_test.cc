@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <numeric>
@@ -17,6 +18,7 @@
 #include "models/cost_model.h"
 #include "sim/sim_executor.h"
 #include "sim/simulate.h"
+#include "tests/sim/sim_testutil.h"
 #include "tests/testutil/fake_executor.h"
 #include "tests/testutil/scripted_scores.h"
 #include "traces/generator.h"
@@ -78,25 +80,14 @@ Request Prefix(RequestId id, std::int64_t tokens, std::uint64_t base, std::int64
 // Heads agree; importance falls with the token index (ITF passes).
 float Agreeing(const Request&, int, int, std::int64_t t) { return 1.0f / float(t + 1); }
 
-// Runs `fn` in a forked child and returns the doubles it writes (one SimGrid engine each).
+// Runs `fn` in a forked child and returns the doubles it returns (one SimGrid engine each).
 std::vector<double> InChild(const std::function<std::vector<double>()>& fn) {
-  int fds[2];
-  EXPECT_EQ(pipe(fds), 0);
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    std::vector<double> out = fn();
-    ssize_t n = write(fds[1], out.data(), out.size() * sizeof(double));
-    _exit(n == ssize_t(out.size() * sizeof(double)) ? 0 : 1);
-  }
-  close(fds[1]);
-  std::vector<double> out;
-  double v;
-  while (read(fds[0], &v, sizeof v) == ssize_t(sizeof v)) out.push_back(v);
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const std::string bytes = testing::InChildText([&] {
+    const std::vector<double> v = fn();
+    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(double));
+  });
+  std::vector<double> out(bytes.size() / sizeof(double));
+  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(double));
   return out;
 }
 
@@ -238,36 +229,20 @@ TEST(SimParity, SameDecisionsAsFakeExecutor) {
     FakeExecutor fake({});
     fake_rows = run(&fake, [](std::function<void()> body) { body(); });
   }
-  // Serialise the SimGrid run's decisions through a child process.
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    SimExecutor ex(Model(), Hw());
-    auto rows = run(&ex, [&](std::function<void()> body) { ex.Run(body); });
-    std::string text;
+  auto text = [](const std::vector<DecisionRecord>& rows) {
+    std::string t;
     for (const auto& d : rows) {
-      text += std::to_string(d.request_id) + "|" + std::to_string(d.layer) + "|" + d.kind + "|" +
-              std::to_string(d.chunk) + "|" + d.detail + "\n";
+      t += std::to_string(d.request_id) + "|" + std::to_string(d.layer) + "|" + d.kind + "|" +
+           std::to_string(d.chunk) + "|" + d.detail + "\n";
     }
-    ssize_t n = write(fds[1], text.data(), text.size());
-    _exit(n == ssize_t(text.size()) ? 0 : 1);
-  }
-  close(fds[1]);
-  std::string sim_text;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fds[0], buf, sizeof buf)) > 0) sim_text.append(buf, std::size_t(n));
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  std::string fake_text;
-  for (const auto& d : fake_rows) {
-    fake_text += std::to_string(d.request_id) + "|" + std::to_string(d.layer) + "|" + d.kind +
-                 "|" + std::to_string(d.chunk) + "|" + d.detail + "\n";
-  }
+    return t;
+  };
+  // The SimGrid run in a child process (one engine per process), its decisions as text.
+  const std::string sim_text = testing::InChildText([&] {
+    SimExecutor ex(Model(), Hw());
+    return text(run(&ex, [&](std::function<void()> body) { ex.Run(body); }));
+  });
+  const std::string fake_text = text(fake_rows);
   EXPECT_GT(fake_rows.size(), 20u);
   EXPECT_NE(fake_text.find("|itf|"), std::string::npos);
   EXPECT_EQ(sim_text, fake_text);
