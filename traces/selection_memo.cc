@@ -168,25 +168,53 @@ std::unique_ptr<SelectionMemo> SelectionMemo::Open(const std::string& dir, const
   RemoveOrphans(dir, name);
   std::unique_ptr<SelectionMemo> memo(new SelectionMemo(dir + "/" + name, key, layers));
   memo->OpenReader();
-  // The new memo; renamed over the old one by Finish().
+  // The new memo, started only once this run has something the old one lacks (StartWriting):
+  // a run that reuses every decision writes nothing.
   memo->tmp_path_ = memo->path_ + ".tmp." + std::to_string(::getpid());
-  memo->out_ = std::fopen(memo->tmp_path_.c_str(), "wb");
-  if (memo->out_ == nullptr) {
-    memo->WriterFailed(std::string("cannot create ") + memo->tmp_path_ + ": " +
-                       std::strerror(errno));
-  } else {
-    std::setvbuf(memo->out_, nullptr, _IOFBF, 1 << 20);
-    const auto len = static_cast<std::uint32_t>(key.size());
-    const std::uint32_t crc =
-        wire::Crc32({reinterpret_cast<const std::uint8_t*>(key.data()), key.size()});
-    if (std::fwrite(kMagic, 1, sizeof kMagic, memo->out_) != sizeof kMagic ||
-        std::fwrite(&len, 4, 1, memo->out_) != 1 ||
-        std::fwrite(key.data(), 1, key.size(), memo->out_) != key.size() ||
-        std::fwrite(&crc, 4, 1, memo->out_) != 1) {
-      memo->WriterFailed("cannot write " + memo->tmp_path_);
-    }
-  }
   return memo;
+}
+
+// Opens the new memo. Everything before the oldest record still in flight was reused
+// unchanged (a computed decision starts the writer before its record ends), so the old memo's
+// bytes up to that record's first entry are its prefix: copied, header included, as read and
+// checked. Without an old memo it starts with a new header.
+void SelectionMemo::StartWriting() {
+  if (out_ != nullptr || writer_failed_) return;
+  out_ = std::fopen(tmp_path_.c_str(), "wb");
+  if (out_ == nullptr) {
+    WriterFailed(std::string("cannot create ") + tmp_path_ + ": " + std::strerror(errno));
+    return;
+  }
+  std::setvbuf(out_, nullptr, _IOFBF, 1 << 20);
+  if (had_memo_) {
+    const std::uint64_t end = records_.empty() ? valid_end_ : records_.begin()->second.old_offset;
+    std::FILE* old = std::fopen(path_.c_str(), "rb");
+    std::vector<char> chunk(1 << 20);
+    std::uint64_t left = end;
+    while (old != nullptr && left > 0) {
+      const std::size_t want = std::size_t(std::min<std::uint64_t>(left, chunk.size()));
+      if (std::fread(chunk.data(), 1, want, old) != want ||
+          std::fwrite(chunk.data(), 1, want, out_) != want) {
+        break;
+      }
+      left -= want;
+    }
+    if (old != nullptr) std::fclose(old);
+    stats_.bytes_written += end - left;
+    if (left > 0) WriterFailed("cannot copy the old memo into " + tmp_path_);
+    return;
+  }
+  const auto len = static_cast<std::uint32_t>(key_.size());
+  const std::uint32_t crc =
+      wire::Crc32({reinterpret_cast<const std::uint8_t*>(key_.data()), key_.size()});
+  if (std::fwrite(kMagic, 1, sizeof kMagic, out_) != sizeof kMagic ||
+      std::fwrite(&len, 4, 1, out_) != 1 ||
+      std::fwrite(key_.data(), 1, key_.size(), out_) != key_.size() ||
+      std::fwrite(&crc, 4, 1, out_) != 1) {
+    WriterFailed("cannot write " + tmp_path_);
+    return;
+  }
+  stats_.bytes_written += sizeof kMagic + 8 + key_.size();
 }
 
 SelectionMemo::SelectionMemo(std::string path, std::string key, int layers)
@@ -231,6 +259,8 @@ void SelectionMemo::OpenReader() {
 bool SelectionMemo::ReadEntry() {
   has_next_ = false;
   if (in_ == nullptr) return false;
+  // Where the unconsumed part begins: this entry if it is good, else where the good part ends.
+  valid_end_ = std::uint64_t(std::ftell(in_));
   buf_.resize(kEntryHeader);
   const std::size_t got = std::fread(buf_.data(), 1, kEntryHeader, in_);
   if (got == 0 && std::feof(in_)) {  // the end
@@ -302,6 +332,7 @@ void SelectionMemo::ReaderFailed(const std::string& why) {
 
 void SelectionMemo::WriterFailed(const std::string& why) {
   Warn(path_, why + "; this run's decisions are not remembered");
+  writer_failed_ = true;
   if (out_ != nullptr) {
     std::fclose(out_);
     std::remove(tmp_path_.c_str());
@@ -317,6 +348,7 @@ void SelectionMemo::Begin(std::uint64_t ordinal, RequestId id) {
   r.remembered.resize(std::size_t(layers_));
   r.used.resize(std::size_t(layers_));
   while (has_next_ && next_ordinal_ < ordinal) ReadEntry();  // records this run skips
+  r.old_offset = valid_end_;
   while (has_next_ && next_ordinal_ == ordinal) {
     if (next_id_ != id) {
       ReaderFailed("record " + std::to_string(ordinal) + " is request " +
@@ -344,6 +376,7 @@ void SelectionMemo::Store(std::uint64_t ordinal, int layer, MemoLayer decision, 
                "SelectionMemo::Store: record not begun or layer out of range");
   it->second.used[std::size_t(layer)] = std::move(decision);
   ++(from_memo ? stats_.reused : stats_.computed);
+  if (!from_memo) StartWriting();
 }
 
 void SelectionMemo::End(std::uint64_t ordinal) {
@@ -393,20 +426,21 @@ void SelectionMemo::WriteEntry(std::uint64_t ordinal, RequestId id, int layer,
   std::memcpy(&buf_[28], &crc, 4);
   if (std::fwrite(buf_.data(), 1, buf_.size(), out_) != buf_.size()) {
     WriterFailed(std::string("cannot write ") + tmp_path_ + ": " + std::strerror(errno));
+    return;
   }
+  stats_.bytes_written += buf_.size();
 }
 
 void SelectionMemo::Finish() {
   for (auto& [ordinal, r] : records_) r.ended = true;  // an interrupted run: keep what it made
   FlushEnded();
-  if (out_ == nullptr) return;
-  const bool replace = stats_.computed > 0 || reader_failed_;
-  if (!replace) {  // everything came from the memo: it stays as it is, marked recently used
-    std::fclose(out_);
-    out_ = nullptr;
-    std::remove(tmp_path_.c_str());
+  if (reader_failed_) StartWriting();  // rewrite a damaged memo even if nothing was computed
+  if (out_ == nullptr) {
+    // Everything came from the memo (or a write failed): it stays, marked recently used.
     std::error_code ec;
-    std::filesystem::last_write_time(path_, std::filesystem::file_time_type::clock::now(), ec);
+    if (had_memo_) {
+      std::filesystem::last_write_time(path_, std::filesystem::file_time_type::clock::now(), ec);
+    }
     return;
   }
   // Records beyond this run's last (a shorter run than the memo's): keep them.

@@ -13,9 +13,10 @@
 // A memo is a cache, never an input: a missing, stale or corrupt file is a warning and the
 // decisions are computed. The file name hashes a key that names everything above plus the
 // running executable (size and modification time), so a rebuilt kvtier never trusts decisions
-// an older build made. Writers never modify a memo in place: a run writes a new file next to it
+// an older build made. Writers never modify a memo in place: a run that computes a decision
+// the memo lacks writes a new file next to it (the old prefix copied, then its own records)
 // and renames it over the old one at Finish(), so concurrent sweep processes and interrupted
-// runs leave either the old or a complete new memo.
+// runs leave either the old or a complete new memo; a run that reuses everything writes nothing.
 //
 // File format (little-endian): "KVTSEL01", u32 key length, key bytes, u32 CRC-32 of the key;
 // then entries in trace-record order, layers ascending within a record:
@@ -60,6 +61,7 @@ struct SelectionMemoStats {
   std::uint64_t reused = 0;    // ITF layers answered from the memo
   std::uint64_t computed = 0;  // ITF layers computed (and stored)
   bool written = false;        // Finish() put a new memo in place
+  std::uint64_t bytes_written = 0;  // into the new memo (0 when every decision was reused)
 };
 
 class SelectionMemo {
@@ -101,6 +103,7 @@ class SelectionMemo {
   struct Record {
     RequestId id = 0;
     bool ended = false;
+    std::uint64_t old_offset = 0;       // where its entries begin in the old memo
     std::vector<MemoLayer> remembered;  // by layer, from the old memo
     std::vector<MemoLayer> used;        // by layer, what this run used
   };
@@ -108,6 +111,7 @@ class SelectionMemo {
   void OpenReader();
   bool ReadEntry();  // into next_; false at the end or on a bad entry (reader closed)
   void ReaderFailed(const std::string& why);
+  void StartWriting();
   void WriteEntry(std::uint64_t ordinal, RequestId id, int layer, const MemoLayer& m);
   void WriterFailed(const std::string& why);
   void FlushEnded();
@@ -120,6 +124,8 @@ class SelectionMemo {
   std::FILE* out_ = nullptr;
   bool had_memo_ = false;
   bool reader_failed_ = false;
+  bool writer_failed_ = false;
+  std::uint64_t valid_end_ = 0;  // old memo: bytes before this are read and checked
   // The next unread entry of the old memo.
   bool has_next_ = false;
   std::uint64_t next_ordinal_ = 0;

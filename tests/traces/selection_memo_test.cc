@@ -160,6 +160,8 @@ TEST_F(SelectionMemoTest, ColdAndWarmRunsDecideExactlyAsWithoutAMemo) {
   EXPECT_EQ(warm.reused, plain.size());
   EXPECT_EQ(warm.computed, 0u);
   EXPECT_FALSE(warm.written);  // nothing new: the memo stays as it is
+  EXPECT_GT(cold.bytes_written, 0u);
+  EXPECT_EQ(warm.bytes_written, 0u);  // and not even a temporary file is written
 }
 
 TEST_F(SelectionMemoTest, OneMemoServesEveryAlpha) {
@@ -241,6 +243,27 @@ TEST_F(SelectionMemoTest, AShorterRunKeepsTheRecordsItDidNotReach) {
   Run({}, &all);
   EXPECT_EQ(all.computed, 1u);  // record 1, layer 0 now holds the other n
   EXPECT_EQ(all.reused, 59u);
+}
+
+TEST_F(SelectionMemoTest, AComputedLayerAmongRecordsInFlightKeepsEveryOtherEntry) {
+  const std::vector<Decision> plain = Run({.memo = false});
+  Run({});
+  // Records are held in groups of three; record 4 (the second of its group) gets another n in
+  // layer 3, so the new memo starts while records 3 and 4 are in flight.
+  Replay odd;
+  odd.group = 3;
+  odd.n = [](long long i, int l, std::int64_t prefix) {
+    return i == 4 && l == 3 ? prefix - 7 : prefix;
+  };
+  SelectionMemoStats s;
+  EXPECT_EQ(Run(odd, &s), Run({.memo = false, .n = odd.n}));
+  EXPECT_EQ(s.computed, 1u);
+  EXPECT_TRUE(s.written);
+  SelectionMemoStats again;
+  EXPECT_EQ(Run(odd, &again), Run({.memo = false, .n = odd.n}));
+  EXPECT_EQ(again.computed, 0u);
+  EXPECT_EQ(again.reused, plain.size());
+  EXPECT_EQ(again.bytes_written, 0u);
 }
 
 TEST_F(SelectionMemoTest, TheDirectoryKeepsTheMostRecentlyUsedMemosUnderItsLimit) {
