@@ -95,8 +95,9 @@ TEST_F(SimCliTest, ASecondRunReusesTheSelectionsAndDecidesTheSame) {
   EXPECT_EQ(metric(b, "selection_memo_computed_layers"), "0");
   // Same decisions, same simulated times.
   const std::string rows =
-      "SELECT group_concat(printf('%d %.17g %.17g %d', l.layer, l.itf_similarity, l.end_s, "
-      "l.selected_tokens), ';') FROM layers l ORDER BY l.request_id, l.layer";
+      "SELECT group_concat(r, ';') FROM (SELECT printf('%d %d %.17g %.17g %d', request_id, "
+      "layer, itf_similarity, end_s, selected_tokens) AS r FROM layers "
+      "ORDER BY request_id, layer)";
   EXPECT_FALSE(Query(a, rows).empty());
   EXPECT_EQ(Query(a, rows), Query(b, rows));
   // KVTIER_SELECTION_MEMO=off: nothing remembered, nothing reused.
