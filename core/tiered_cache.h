@@ -30,7 +30,7 @@
 // that rises is re-sifted lazily, when it reaches the top (TierHeap::Update), which changes no
 // outcome. Capacities are checked with KVTIER_DCHECK after every call and the touched chunk's
 // heap slot after every 64th; the full CheckInvariants() (O(n)) runs after every call while
-// fewer than 32 chunks are resident, and otherwise once per 4 x `known chunks` calls
+// fewer than 32 chunks are resident, and otherwise once per 16 x `known chunks` calls
 // (amortised O(1)), so the checks stay on in every build.
 
 #include <cstddef>
@@ -152,8 +152,11 @@ class TieredCache {
     Tier tier = Tier::kSsd;
     std::uint8_t lane = 0;   // which of its tier's heaps holds it (tiered_cache.cc, TierHeap)
     std::uint32_t pins = 0;  // bit h: pinned by holder h (lane and pins sit in padding: 64 B)
-    std::size_t heap_pos = 0;  // index in the heap of `tier` (GPU or CPU only)
-    Bytes bytes = 0;
+    // While cached: the priority its heap entry is keyed with (<= priority, TierHeap::Update),
+    // so deciding whether a falling priority must be sifted reads no heap entry.
+    double heap_priority = 0;
+    std::uint32_t heap_pos = 0;  // index in the heap of `tier` (GPU or CPU only)
+    std::uint32_t bytes = 0;     // < 4 GiB (checked by Access and Insert)
   };
   class ChunkTable;  // ChunkId -> record, indexed directly (tiered_cache.cc)
   struct HeapEntry;  // a resident chunk and its heap key (tiered_cache.cc)
