@@ -15,21 +15,27 @@
 // Concurrent activities share resources max-min fairly (CM02, no cross-traffic, no TCP gamma:
 // notes/simgrid-3.32 P12), which is how prefetch, background writes and demand loads contend.
 //
-// Dependencies (`after`) are resolved here, not by SimGrid: in 3.32 an actor-started activity
-// releases its successors only when the actor observes its completion. An op whose
-// dependencies are pending waits in a list and is started from inside Wait/WaitAny/IdleUntil
-// at the exact simulated time its last dependency completes — simulated time only advances
-// while the driving actor waits, so this is exact.
+// Dependencies (`after`) are resolved here, not by SimGrid: an op whose dependencies are
+// pending waits in a list and is started at the exact simulated time its last dependency
+// completes.
+//
+// One driving body (Run(body), Run(1, body): every `kvtier sim` run but concurrent prefills)
+// runs in SimGrid's *maestro*, not in an actor: activities start without a context switch and
+// complete through Activity::on_completion at their finish time, inside Engine::run, where
+// their dependents are started; Wait/WaitAny run the engine until the callback finds the wait
+// satisfied (it then makes the engine's vetoed-activity set non-empty, which ends
+// Engine::run), IdleUntil runs it until a date. This is ~3x cheaper per activity than an actor
+// waking for every completion (notes/simgrid-3.32 section 6) and gives the same simulated
+// times (sim_bench's timing digest did not change).
 //
 // Several driving actors (Run(actors, body), the simulator's concurrent prefills): each may
 // call every method. Only one runs at a time; an actor yields only inside Wait, WaitAny,
 // IdleUntil and Drain, where the executor hands control to the longest-waiting actor whose
 // wait is satisfied, or else waits in SimGrid for the next completion (or the earliest
-// IdleUntil deadline) on behalf of all of them. Dependencies stay exact. With one actor the
-// executor behaves exactly as before (same SimGrid calls, same activity sequence).
+// IdleUntil deadline) on behalf of all of them. Dependencies stay exact.
 //
 // One SimExecutor per process (SimGrid's Engine is a singleton; notes P3). All methods must be
-// called from the actors that Run started.
+// called from the body (or the actors) that Run started.
 
 #include <memory>
 #include <unordered_map>
@@ -82,6 +88,8 @@ class SimExecutor : public Executor {
 
  private:
   struct Impl;
+  // Run with one body: runs it in SimGrid's maestro (see sim_executor.cc).
+  void RunInMaestro(const std::function<void()>& body);
   std::unique_ptr<Impl> impl_;
   std::uint64_t activities_ = 0;
 };
