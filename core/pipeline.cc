@@ -368,12 +368,48 @@ void Pipeline::IssueLoads(RequestState& rs, int layer, KvKind kind, const Select
       KVTIER_DCHECK(std::adjacent_find(sel.shared.begin(), sel.shared.end(),
                                        std::greater_equal<>()) == sel.shared.end(),
                     "a shared selection is sorted and unique");
-      // Consecutive tokens mostly share a slot: counting and filling run-wise, with the current
-      // slot's count or write position in a register, keeps consecutive increments of one
-      // counter from waiting on each other through memory.
+      // Consecutive tokens mostly share a slot. Usually the selection meets the slots in
+      // increasing order (prefix order; a reordered segment keeps its slots' order, only the
+      // rows within a chunk move), so each slot is one run and the rows are written in place
+      // in one pass, with the slot's sortedness noted on the way. Otherwise (pieces met out
+      // of slot order) the rows are counted, then filled, run-wise, with the current slot's
+      // count or write position in a register (consecutive increments of one counter do not
+      // wait on each other through memory). (One pass instead of two plus a sortedness scan:
+      // the layout was 40% of IssueLoads in sim_bench's spec profile.)
       constexpr std::uint32_t kNone = 0xFFFFFFFFu;
       lay.count.assign(nslots, 0);
+      lay.offset.resize(nslots + 1);
+      lay.rows.resize(sel.shared.size());
+      bool in_order = true, rows_sorted = true;
       {
+        std::uint32_t cur = kNone, pos = 0, begin = 0;
+        std::uint16_t prev_row = 0;
+        for (std::int32_t t : sel.shared) {
+          const std::uint32_t s = rs.slot_of[std::size_t(t)];
+          const std::uint16_t row = rs.row_of[std::size_t(t)];
+          if (s != cur) {
+            if (cur != kNone) {
+              if (s < cur) {
+                in_order = false;
+                break;
+              }
+              lay.count[cur] = pos - begin;
+            }
+            cur = s;
+            begin = pos;
+          } else {
+            rows_sorted &= prev_row < row;
+          }
+          prev_row = row;
+          lay.rows[pos++] = row;
+        }
+        if (in_order && cur != kNone) lay.count[cur] = pos - begin;
+      }
+      if (in_order) {
+        lay.offset[0] = 0;
+        for (std::size_t s = 0; s < nslots; ++s) lay.offset[s + 1] = lay.offset[s] + lay.count[s];
+      } else {
+        std::fill(lay.count.begin(), lay.count.end(), 0);
         std::uint32_t cur = kNone, run = 0;
         for (std::int32_t t : sel.shared) {
           const std::uint32_t s = rs.slot_of[std::size_t(t)];
@@ -385,14 +421,11 @@ void Pipeline::IssueLoads(RequestState& rs, int layer, KvKind kind, const Select
           ++run;
         }
         if (cur != kNone) lay.count[cur] += run;
-      }
-      lay.offset.resize(nslots + 1);
-      lay.offset[0] = 0;
-      for (std::size_t s = 0; s < nslots; ++s) lay.offset[s + 1] = lay.offset[s] + lay.count[s];
-      lay.rows.resize(lay.offset[nslots]);
-      std::fill(lay.count.begin(), lay.count.end(), 0);
-      {
-        std::uint32_t cur = kNone, pos = 0;
+        lay.offset[0] = 0;
+        for (std::size_t s = 0; s < nslots; ++s) lay.offset[s + 1] = lay.offset[s] + lay.count[s];
+        std::fill(lay.count.begin(), lay.count.end(), 0);
+        cur = kNone;
+        std::uint32_t pos = 0;
         for (std::int32_t t : sel.shared) {
           const std::uint32_t s = rs.slot_of[std::size_t(t)];
           if (s != cur) {
@@ -403,10 +436,13 @@ void Pipeline::IssueLoads(RequestState& rs, int layer, KvKind kind, const Select
           lay.rows[pos++] = rs.row_of[std::size_t(t)];
         }
         if (cur != kNone) lay.count[cur] = pos - lay.offset[cur];
+        rows_sorted = false;  // not tracked on this path: check every slot
       }
-      for (std::size_t s = 0; s < nslots; ++s) {
-        auto b = lay.rows.begin() + lay.offset[s], e = b + lay.count[s];
-        if (!std::is_sorted(b, e)) std::sort(b, e);
+      if (!rows_sorted) {
+        for (std::size_t s = 0; s < nslots; ++s) {
+          auto b = lay.rows.begin() + lay.offset[s], e = b + lay.count[s];
+          if (!std::is_sorted(b, e)) std::sort(b, e);
+        }
       }
       lay.tokens = sel.shared;
       lay.valid = true;
