@@ -687,24 +687,32 @@ void TieredCache::Erase(ChunkId chunk, std::vector<CacheMove>* moves) {
 // small (all unit and contract tests) and otherwise once per 16 x `records` calls (amortised
 // O(1); once per `records` calls it was ~5% of sim_bench's spec profile, mostly cache misses,
 // and once per 4 x `records` still 6% once the rest of Access got faster).
-void TieredCache::AfterCall(const ChunkRecord* touched) {
+inline void TieredCache::AfterCall(const ChunkRecord* touched) {
   KVTIER_DCHECK(gpu_->used() <= gpu_->capacity(), "gpu tier over capacity");
   KVTIER_DCHECK(cpu_->used() <= cpu_->capacity(), "cpu tier over capacity");
 #if defined(KVTIER_ENABLE_DCHECK)
   // The touched chunk's heap slot is a cache miss of its own once heaps hold ~10^5 entries
   // (7% of sim_bench's spec profile when read on every call), so it is read on every 64th
-  // call; the full check below covers every entry anyway.
-  if (touched != nullptr && touched->tier != Tier::kSsd && (tick_ & 63) == 0) {
+  // call; the full check below covers every entry anyway. The rare work is out of line so
+  // that the common path inlines into Access.
+  const bool sample = touched != nullptr && touched->tier != Tier::kSsd && (tick_ & 63) == 0;
+  const std::size_t resident = gpu_->size() + cpu_->size();
+  const bool full =
+      ++calls_since_full_check_ >= 16 * chunks_->size() || resident < kAlwaysFullCheckBelow;
+  if (sample || full) [[unlikely]] SampledChecks(sample ? touched : nullptr, full);
+#endif
+}
+
+void TieredCache::SampledChecks(const ChunkRecord* touched, bool full) {
+  if (touched != nullptr) {
     const TierHeap& heap = touched->tier == Tier::kGpu ? *gpu_ : *cpu_;
     KVTIER_CHECK(heap.EntryOf(touched).record == touched,
                  "the touched chunk's record disagrees with its heap");
   }
-  const std::size_t resident = gpu_->size() + cpu_->size();
-  if (++calls_since_full_check_ >= 16 * chunks_->size() || resident < kAlwaysFullCheckBelow) {
+  if (full) {
     calls_since_full_check_ = 0;
     CheckInvariants();
   }
-#endif
 }
 
 void TieredCache::CheckInvariants() const {

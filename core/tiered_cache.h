@@ -172,6 +172,7 @@ class TieredCache {
   void PinRecord(ChunkRecord* r);
   // KVTIER_DCHECK of the invariants (see above); `touched` is the call's chunk, or nullptr.
   void AfterCall(const ChunkRecord* touched);
+  [[gnu::noinline]] void SampledChecks(const ChunkRecord* touched, bool full);
 
   std::unique_ptr<CachePolicy> policy_;
   TieredCacheOptions options_;

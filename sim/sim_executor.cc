@@ -7,6 +7,7 @@
 #include <cmath>
 #include <exception>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <set>
 #include <span>
@@ -42,8 +43,25 @@ struct SimExecutor::Impl {
     std::vector<OpId> dependents;
     OpTimes times;
     sg4::ActivityPtr act;  // maestro mode: the running activity (its data is this op's id)
+    bool retired = false;
   };
-  std::unordered_map<OpId, Op> ops;
+  // Ops by id: ids are handed out in order, so op `id` is ops[id - first_op]; retired ops at
+  // the front are popped (background ops retire late, so a few retired ones may wait behind
+  // them). Replaced an unordered_map<OpId, Op>: a node allocation and hash lookups per op.
+  // A deque never moves its elements, so references stay good while ops are added.
+  std::deque<Op> ops;
+  OpId first_op = 1;
+  Op* Find(OpId id) {
+    if (id < first_op || id - first_op >= ops.size()) return nullptr;
+    Op& op = ops[id - first_op];
+    return op.retired ? nullptr : &op;
+  }
+  Op& At(OpId id) {
+    Op* op = Find(id);
+    KVTIER_CHECK(op != nullptr, "SimExecutor: unknown or retired op");
+    return *op;
+  }
+  const Op& At(OpId id) const { return const_cast<Impl*>(this)->At(id); }
   std::vector<sg4::ActivityPtr> running;  // actor mode: what the pump waits on
   std::vector<OpId> running_ids;
   OpId next = 1;
@@ -156,7 +174,7 @@ void SimExecutor::Impl::BuildPlatform() {
 }
 
 void SimExecutor::Impl::Start(OpId id) {
-  Op& op = ops.at(id);
+  Op& op = At(id);
   op.state = State::kRunning;
   op.times.start_s = sg4::Engine::get_clock();
   if (op.amount <= 0) {  // nothing to do: done at once
@@ -177,7 +195,7 @@ void SimExecutor::Impl::Start(OpId id) {
 }
 
 void SimExecutor::Impl::StartActivity(OpId id) {
-  Op& op = ops.at(id);
+  Op& op = At(id);
   sg4::ActivityPtr act;
   if (op.is_transfer && op.kind != TransferKind::kCpuGather) {
     sg4::Host* from = cpu;
@@ -207,7 +225,7 @@ void SimExecutor::Impl::Launch(OpId id, sg4::ActivityPtr act) {
     act->set_data(reinterpret_cast<void*>(static_cast<std::uintptr_t>(id)));
     act->start();
     ++in_flight;
-    ops.at(id).act = std::move(act);
+    At(id).act = std::move(act);
     return;
   }
   act->start();
@@ -217,7 +235,7 @@ void SimExecutor::Impl::Launch(OpId id, sg4::ActivityPtr act) {
 
 void SimExecutor::Impl::OnCompletion(const sg4::Activity& activity) {
   const auto id = static_cast<OpId>(reinterpret_cast<std::uintptr_t>(activity.get_data<void>()));
-  Op& op = ops.at(id);
+  Op& op = At(id);
   KVTIER_CHECK(op.act.get() == &activity, "SimExecutor: a completion for another activity");
   graveyard.push_back(std::move(op.act));
   --in_flight;
@@ -235,10 +253,10 @@ void SimExecutor::Impl::OnCompletion(const sg4::Activity& activity) {
 bool SimExecutor::Impl::MaestroWaitSatisfied() const {
   switch (wait_kind) {
     case WaitKind::kNone: return false;
-    case WaitKind::kOp: return ops.at(awaited).state == State::kDone;
+    case WaitKind::kOp: return At(awaited).state == State::kDone;
     case WaitKind::kAny:
       for (OpId o : awaited_any) {
-        if (ops.at(o).state == State::kDone) return true;
+        if (At(o).state == State::kDone) return true;
       }
       return false;
   }
@@ -256,12 +274,12 @@ void SimExecutor::Impl::RunEngineForWait() {
 }
 
 void SimExecutor::Impl::Finish(OpId id) {
-  Op& op = ops.at(id);
+  Op& op = At(id);
   op.state = State::kDone;
   op.times.end_s = sg4::Engine::get_clock();
   std::vector<OpId> dependents = std::move(op.dependents);
   for (OpId d : dependents) {
-    Op& dep = ops.at(d);
+    Op& dep = At(d);
     if (--dep.pending == 0) Start(d);
   }
 }
@@ -272,7 +290,7 @@ void SimExecutor::Impl::Complete(std::size_t i) {
   running.pop_back();
   running_ids[i] = running_ids.back();
   running_ids.pop_back();
-  Op& op = ops.at(id);
+  Op& op = At(id);
   if (op.in_overhead) {  // the issue delay is over: now the transfer itself
     op.in_overhead = false;
     StartActivity(id);
@@ -291,10 +309,10 @@ void SimExecutor::Impl::PumpOne() {
 bool SimExecutor::Impl::Satisfied(Waiter& w) {
   switch (w.kind) {
     case Waiter::Kind::kStart: return true;
-    case Waiter::Kind::kOp: return ops.at(w.op).state == State::kDone;
+    case Waiter::Kind::kOp: return At(w.op).state == State::kDone;
     case Waiter::Kind::kAny:
       for (std::size_t i = 0; i < w.any.size(); ++i) {
-        if (ops.at(w.any[i]).state == State::kDone) {
+        if (At(w.any[i]).state == State::kDone) {
           w.any_index = i;
           return true;
         }
@@ -506,13 +524,13 @@ OpId SimExecutor::Submit(TransferOp op, std::span<const OpId> after) {
   rec.amount = op.bytes == 0 ? 0 : double(op.bytes) + latency * bw;
   const OpId id = impl_->next++;
   rec.times.submit_s = Now();
-  impl_->ops.emplace(id, std::move(rec));
-  Impl::Op& r = impl_->ops.at(id);
+  impl_->ops.push_back(std::move(rec));
+  Impl::Op& r = impl_->ops.back();
   for (OpId dep : after) {
-    auto it = impl_->ops.find(dep);
-    KVTIER_CHECK(it != impl_->ops.end(), "SimExecutor: dependency unknown or retired");
-    if (it->second.state != Impl::State::kDone) {
-      it->second.dependents.push_back(id);
+    Impl::Op* d = impl_->Find(dep);
+    KVTIER_CHECK(d != nullptr, "SimExecutor: dependency unknown or retired");
+    if (d->state != Impl::State::kDone) {
+      d->dependents.push_back(id);
       ++r.pending;
     }
   }
@@ -526,13 +544,13 @@ OpId SimExecutor::Submit(ComputeOp op, std::span<const OpId> after) {
   rec.amount = impl_->timer->OpSeconds(op);
   const OpId id = impl_->next++;
   rec.times.submit_s = Now();
-  impl_->ops.emplace(id, std::move(rec));
-  Impl::Op& r = impl_->ops.at(id);
+  impl_->ops.push_back(std::move(rec));
+  Impl::Op& r = impl_->ops.back();
   for (OpId dep : after) {
-    auto it = impl_->ops.find(dep);
-    KVTIER_CHECK(it != impl_->ops.end(), "SimExecutor: dependency unknown or retired");
-    if (it->second.state != Impl::State::kDone) {
-      it->second.dependents.push_back(id);
+    Impl::Op* d = impl_->Find(dep);
+    KVTIER_CHECK(d != nullptr, "SimExecutor: dependency unknown or retired");
+    if (d->state != Impl::State::kDone) {
+      d->dependents.push_back(id);
       ++r.pending;
     }
   }
@@ -550,7 +568,7 @@ Status SimExecutor::Wait(OpId op) {
   }
   KVTIER_CHECK(impl_->maestro, "SimExecutor: Wait outside Run");
   impl_->graveyard.clear();
-  if (impl_->ops.at(op).state == Impl::State::kDone) return Status::OK();
+  if (impl_->At(op).state == Impl::State::kDone) return Status::OK();
   impl_->wait_kind = Impl::WaitKind::kOp;
   impl_->awaited = op;
   impl_->RunEngineForWait();
@@ -572,7 +590,7 @@ std::size_t SimExecutor::WaitAny(std::span<const OpId> ops) {
   impl_->awaited_any = ops;
   impl_->RunEngineForWait();
   for (std::size_t i = 0; i < ops.size(); ++i) {
-    if (impl_->ops.at(ops[i]).state == Impl::State::kDone) return i;
+    if (impl_->At(ops[i]).state == Impl::State::kDone) return i;
   }
   KVTIER_CHECK(false, "SimExecutor: WaitAny returned with nothing done");
   return 0;
@@ -580,7 +598,7 @@ std::size_t SimExecutor::WaitAny(std::span<const OpId> ops) {
 
 bool SimExecutor::Done(OpId op) {
   // Maestro mode: every completion up to now went through the callback.
-  if (impl_->maestro) return impl_->ops.at(op).state == Impl::State::kDone;
+  if (impl_->maestro) return impl_->At(op).state == Impl::State::kDone;
   // Observe every activity that has finished by now, so completions at the current instant
   // release their dependents before we answer.
   for (std::size_t i = 0; i < impl_->running.size();) {
@@ -590,15 +608,19 @@ bool SimExecutor::Done(OpId op) {
       ++i;
     }
   }
-  return impl_->ops.at(op).state == Impl::State::kDone;
+  return impl_->At(op).state == Impl::State::kDone;
 }
 
 OpTimes SimExecutor::Retire(OpId op) {
-  auto it = impl_->ops.find(op);
-  KVTIER_CHECK(it != impl_->ops.end() && it->second.state == Impl::State::kDone,
-               "SimExecutor: Retire before done");
-  OpTimes t = it->second.times;
-  impl_->ops.erase(it);
+  Impl::Op* o = impl_->Find(op);
+  KVTIER_CHECK(o != nullptr && o->state == Impl::State::kDone, "SimExecutor: Retire before done");
+  const OpTimes t = o->times;
+  o->retired = true;
+  o->dependents = {};
+  while (!impl_->ops.empty() && impl_->ops.front().retired) {
+    impl_->ops.pop_front();
+    ++impl_->first_op;
+  }
   return t;
 }
 
