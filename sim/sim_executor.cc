@@ -88,6 +88,13 @@ struct SimExecutor::Impl {
   bool MaestroWaitSatisfied() const;
   // Runs the engine until the current wait is satisfied. REQUIRES: maestro, wait_kind set.
   void RunEngineForWait();
+  // One Engine::run (until < 0) or run_until(until) in maestro mode, then forgets the stop
+  // mark and the activities completed meanwhile.
+  void RunEngine(double until = -1);
+  // Runs the engine until no activity is in flight.
+  void RunEngineUntilIdle() {
+    while (in_flight > 0) RunEngine();
+  }
 
   // Several driving actors (Run with actors > 1). Exactly one actor holds the *baton* at a
   // time: it runs pipeline code, or it pumps (waits in SimGrid for the next completion, on
@@ -125,6 +132,8 @@ struct SimExecutor::Impl {
   void Start(OpId id);
   void StartActivity(OpId id);
   void Launch(OpId id, sg4::ActivityPtr act);  // starts it for `id` and tracks it
+  // Numbers a submitted op, records its pending dependencies and starts it if it has none.
+  OpId Add(Op rec, std::span<const OpId> after);
   void Complete(std::size_t running_index);
   void Finish(OpId id);
   void PumpOne();
@@ -219,6 +228,23 @@ void SimExecutor::Impl::StartActivity(OpId id) {
   Launch(id, std::move(act));
 }
 
+OpId SimExecutor::Impl::Add(Op rec, std::span<const OpId> after) {
+  const OpId id = next++;
+  rec.times.submit_s = sg4::Engine::get_clock();
+  ops.push_back(std::move(rec));
+  Op& r = ops.back();
+  for (OpId dep : after) {
+    Op* d = Find(dep);
+    KVTIER_CHECK(d != nullptr, "SimExecutor: dependency unknown or retired");
+    if (d->state != State::kDone) {
+      d->dependents.push_back(id);
+      ++r.pending;
+    }
+  }
+  if (r.pending == 0) Start(id);
+  return id;
+}
+
 void SimExecutor::Impl::Launch(OpId id, sg4::ActivityPtr act) {
   ++*activities;
   if (maestro) {
@@ -266,11 +292,19 @@ bool SimExecutor::Impl::MaestroWaitSatisfied() const {
 void SimExecutor::Impl::RunEngineForWait() {
   while (!MaestroWaitSatisfied()) {
     KVTIER_CHECK(in_flight > 0, "SimExecutor: waiting with nothing in flight");
-    engine->run();
-    stop.clear();
-    graveyard.clear();
+    RunEngine();
   }
   wait_kind = WaitKind::kNone;
+}
+
+void SimExecutor::Impl::RunEngine(double until) {
+  if (until < 0) {
+    engine->run();
+  } else {
+    engine->run_until(until);
+  }
+  stop.clear();
+  graveyard.clear();
 }
 
 void SimExecutor::Impl::Finish(OpId id) {
@@ -462,13 +496,6 @@ void SimExecutor::RunInMaestro(const std::function<void()>& body) {
   Impl::current = &im;
   im.maestro = true;
   sg4::Activity::set_vetoed_activities(&im.stop);
-  struct Restore {
-    Impl& im;
-    ~Restore() {
-      sg4::Activity::set_vetoed_activities(nullptr);
-      Impl::current = nullptr;
-    }
-  } restore{im};
   std::exception_ptr error;
   try {
     body();
@@ -479,14 +506,12 @@ void SimExecutor::RunInMaestro(const std::function<void()>& body) {
   // (also after an error, so no activity is destroyed unfinished; a second error is dropped).
   im.wait_kind = Impl::WaitKind::kNone;
   try {
-    while (im.in_flight > 0) {
-      im.engine->run();
-      im.stop.clear();
-      im.graveyard.clear();
-    }
+    im.RunEngineUntilIdle();
   } catch (...) {
     if (!error) error = std::current_exception();
   }
+  sg4::Activity::set_vetoed_activities(nullptr);
+  Impl::current = nullptr;
   if (error) std::rethrow_exception(error);
 }
 
@@ -522,40 +547,14 @@ OpId SimExecutor::Submit(TransferOp op, std::span<const OpId> after) {
       break;
   }
   rec.amount = op.bytes == 0 ? 0 : double(op.bytes) + latency * bw;
-  const OpId id = impl_->next++;
-  rec.times.submit_s = Now();
-  impl_->ops.push_back(std::move(rec));
-  Impl::Op& r = impl_->ops.back();
-  for (OpId dep : after) {
-    Impl::Op* d = impl_->Find(dep);
-    KVTIER_CHECK(d != nullptr, "SimExecutor: dependency unknown or retired");
-    if (d->state != Impl::State::kDone) {
-      d->dependents.push_back(id);
-      ++r.pending;
-    }
-  }
-  if (r.pending == 0) impl_->Start(id);
-  return id;
+  return impl_->Add(std::move(rec), after);
 }
 
 OpId SimExecutor::Submit(ComputeOp op, std::span<const OpId> after) {
   Impl::Op rec;
   rec.is_transfer = false;
   rec.amount = impl_->timer->OpSeconds(op);
-  const OpId id = impl_->next++;
-  rec.times.submit_s = Now();
-  impl_->ops.push_back(std::move(rec));
-  Impl::Op& r = impl_->ops.back();
-  for (OpId dep : after) {
-    Impl::Op* d = impl_->Find(dep);
-    KVTIER_CHECK(d != nullptr, "SimExecutor: dependency unknown or retired");
-    if (d->state != Impl::State::kDone) {
-      d->dependents.push_back(id);
-      ++r.pending;
-    }
-  }
-  if (r.pending == 0) impl_->Start(id);
-  return id;
+  return impl_->Add(std::move(rec), after);
 }
 
 Status SimExecutor::Wait(OpId op) {
@@ -637,11 +636,7 @@ void SimExecutor::IdleUntil(Seconds t) {
   KVTIER_CHECK(impl_->maestro, "SimExecutor: IdleUntil outside Run");
   // run_until may stop up to 1e-5 s short of t (it compares with a tolerance); it always makes
   // progress, so repeat until t.
-  while (Now() < t) {
-    impl_->engine->run_until(t);
-    impl_->stop.clear();
-    impl_->graveyard.clear();
-  }
+  while (Now() < t) impl_->RunEngine(t);
 }
 
 void SimExecutor::Drain() {
@@ -652,11 +647,7 @@ void SimExecutor::Drain() {
     return;
   }
   KVTIER_CHECK(impl_->maestro, "SimExecutor: Drain outside Run");
-  while (impl_->in_flight > 0) {
-    impl_->engine->run();
-    impl_->stop.clear();
-    impl_->graveyard.clear();
-  }
+  impl_->RunEngineUntilIdle();
 }
 
 }  // namespace kvtier::sim

@@ -37,8 +37,8 @@
 // One SimExecutor per process (SimGrid's Engine is a singleton; notes P3). All methods must be
 // called from the body (or the actors) that Run started.
 
+#include <functional>
 #include <memory>
-#include <unordered_map>
 #include <vector>
 
 #include "core/executor.h"

@@ -171,17 +171,7 @@ TEST(SimConcurrencyGolden, SecondPrefillOverlapsItsLoadsWithTheFirstsComputeTwoA
 // A loaded spec run (small caches, reordering, layer prefetch; requests every 0.2 ms sharing
 // three prefixes) served three at a time: every request, layer, transfer and decision row.
 std::string LoadedRunRows(int workers) {
-  ModelSpec m;  // a small OPT-shaped model: 4 layers, 8 heads of 64
-  m.name = "opt-small";
-  m.family = ModelFamily::kOpt;
-  m.layers = 4;
-  m.hidden = 512;
-  m.heads = 8;
-  m.kv_heads = 8;
-  m.head_dim = 64;
-  m.ffn = 2048;
-  m.vocab = 50272;
-  m.max_context = 16384;
+  const ModelSpec m = testing::SmallOptModel();
   HardwareOptions hw;
   hw.gpu_flops = 312e12;
   SystemOptions sys;

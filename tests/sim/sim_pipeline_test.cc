@@ -29,20 +29,7 @@ namespace {
 using kvtier::testing::FakeExecutor;
 using kvtier::testing::ScriptedScores;
 
-ModelSpec Model() {  // a small OPT-shaped model: 4 layers, 8 heads of 64
-  ModelSpec m;
-  m.name = "opt-small";
-  m.family = ModelFamily::kOpt;
-  m.layers = 4;
-  m.hidden = 512;
-  m.heads = 8;
-  m.kv_heads = 8;
-  m.head_dim = 64;
-  m.ffn = 2048;
-  m.vocab = 50272;
-  m.max_context = 16384;
-  return m;
-}
+ModelSpec Model() { return kvtier::testing::SmallOptModel(); }
 
 HardwareOptions Hw() {
   HardwareOptions h;  // the paper's A100 + PCIe 4.0 + 5 GB/s NVMe defaults

@@ -1,6 +1,6 @@
 #pragma once
 // Shared by the sim tests: the golden tests' model and hardware (small enough that every
-// simulated time can be derived by hand), and running a simulation in a forked child (SimGrid
+// simulated time can be derived by hand), a small OPT-shaped model, and running a simulation in a forked child (SimGrid
 // allows one engine per process).
 
 #include <sys/wait.h>
@@ -29,6 +29,22 @@ inline ModelSpec GoldenModel() {
   m.ffn = 128;
   m.vocab = 1000;
   m.max_context = 4096;
+  return m;
+}
+
+// A small OPT-shaped model (4 layers, 8 heads of 64) for pipeline-level sim tests.
+inline ModelSpec SmallOptModel() {
+  ModelSpec m;
+  m.name = "opt-small";
+  m.family = ModelFamily::kOpt;
+  m.layers = 4;
+  m.hidden = 512;
+  m.heads = 8;
+  m.kv_heads = 8;
+  m.head_dim = 64;
+  m.ffn = 2048;
+  m.vocab = 50272;
+  m.max_context = 16384;
   return m;
 }
 
