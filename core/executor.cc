@@ -39,4 +39,22 @@ std::string_view ComputeKindName(ComputeKind kind) {
   return "?";
 }
 
+std::string DescribeTransfer(TransferKind kind, Purpose purpose, RequestId request, int layer) {
+  std::string s = std::string(TransferKindName(kind)) + " (" + std::string(PurposeName(purpose)) +
+                  ", request " + std::to_string(request);
+  if (layer >= 0) s += ", layer " + std::to_string(layer);
+  return s + ")";
+}
+
+std::string DescribeCompute(ComputeKind kind, RequestId request, int layer) {
+  std::string s = std::string(ComputeKindName(kind)) + " (request " + std::to_string(request);
+  if (layer >= 0) s += ", layer " + std::to_string(layer);
+  return s + ")";
+}
+
+Status AbortedAfter(std::string_view failed_op, const Status& failure) {
+  if (failure.code() == Status::Code::kAborted) return failure;
+  return Status::Aborted("after failed " + std::string(failed_op) + ": " + failure.ToString());
+}
+
 }  // namespace kvtier

@@ -14,10 +14,30 @@
 // executor can charge per-I/O costs without one activity per chunk. `chunks` lists the
 // chunks for executors that move real bytes (hw); simulated executors use the totals.
 //
+// Failure. An operation either succeeds or fails with a Status: hw reports I/O errors and
+// short reads with the chunk and the errno text, content mismatches (hw.verify), a store too
+// full to take a chunk (OutOfSpace, naming the chunk and the capacity) and CUDA errors; the
+// simulator never fails. An executor never retries an operation and never drops a failure:
+//   - an operation that fails completes (done) with its error; bytes it moved before the
+//     failure are reported in OpTimes::failed_moved_bytes;
+//   - an operation one of whose dependencies failed -- an id in `after`, or an ordering the
+//     executor adds itself (hw: a read waits for the pending store of its chunk) -- does not
+//     run: it completes at once, when the failure is known (start_s = end_s), having moved
+//     nothing, with AbortedAfter(<the failed op>, <its status>). Transitively: its own
+//     dependents complete the same way with the same status, so every op downstream of a
+//     failure names the one root failure ("Aborted: after failed ssd_read (demand, request 7,
+//     layer 3): IoError: chunk 0x... (...): short read 4096 < 65536 bytes at offset ...");
+//   - Wait returns an op's status, Retire returns it again with the times, so the failure of
+//     an op nobody waits for (a background store, promotion, repack) is seen when it is
+//     retired.
+// A failure does not stop the executor: unrelated operations run on. What to do about a
+// failure is the caller's decision (the Pipeline fails the request and the run).
+//
 // Thread safety: an Executor is driven by one Pipeline from one thread (or one SimGrid actor).
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -90,12 +110,33 @@ struct ComputeOp {
   int heads = 0;                     // KV heads scored (score steps); 0 = all
 };
 
-// Timestamps of a completed operation, in executor time (seconds since the run started).
+// What a completed operation reports when it is retired: its timestamps, in executor time
+// (seconds since the run started), and how it ended.
 struct OpTimes {
   Seconds submit_s = 0;
   Seconds start_s = 0;
   Seconds end_s = 0;
+  // OK; the op's own failure; or kAborted: a dependency failed and it never ran.
+  Status status;
+  // A transfer that failed: the bytes it did move before the failure (0 when aborted).
+  // Unused when status is OK (the op moved all of TransferOp::bytes).
+  Bytes failed_moved_bytes = 0;
 };
+
+// "ssd_read (demand, request 7, layer 3)", "layer_prefill (request 7, layer 3)": how failures
+// name an operation (the layer is left out when the op is not tied to one).
+std::string DescribeTransfer(TransferKind kind, Purpose purpose, RequestId request, int layer);
+std::string DescribeCompute(ComputeKind kind, RequestId request, int layer);
+inline std::string DescribeOp(const TransferOp& op) {
+  return DescribeTransfer(op.kind, op.purpose, op.request, op.layer);
+}
+inline std::string DescribeOp(const ComputeOp& op) {
+  return DescribeCompute(op.kind, op.request, op.layer);
+}
+// The status of an op whose dependency `failed_op` (DescribeOp) ended with `failure`: the
+// same status if `failure` is itself kAborted (it already names the root), else
+// Aborted("after failed <failed_op>: <failure>").
+Status AbortedAfter(std::string_view failed_op, const Status& failure);
 
 class Executor {
  public:
@@ -109,18 +150,21 @@ class Executor {
   virtual OpId Submit(TransferOp op, std::span<const OpId> after) = 0;
   virtual OpId Submit(ComputeOp op, std::span<const OpId> after) = 0;
 
-  // Blocks until `op` has completed. Returns its status (hw: I/O errors name the chunk).
+  // Blocks until `op` has completed. Returns its status (see "Failure" above). On an op that
+  // has completed it returns at once, doing nothing else (the Pipeline asks it for the status
+  // of the op WaitAny found done). REQUIRES: `op` not yet retired.
   virtual Status Wait(OpId op) = 0;
 
-  // Blocks until at least one of `ops` has completed; returns the index of the first one
-  // (lowest index among those done). REQUIRES: !ops.empty().
+  // Blocks until at least one of `ops` has completed (successfully or not); returns the index
+  // of the first one (lowest index among those done); Wait(ops[i]) then gives its status.
+  // REQUIRES: !ops.empty().
   virtual std::size_t WaitAny(std::span<const OpId> ops) = 0;
 
   // True once `op` has completed. Never blocks.
   virtual bool Done(OpId op) = 0;
 
-  // Returns the timestamps of a completed op and forgets it; each op is retired exactly once.
-  // REQUIRES: Done(op).
+  // Returns the timestamps and status of a completed op and forgets it; each op is retired
+  // exactly once. REQUIRES: Done(op).
   virtual OpTimes Retire(OpId op) = 0;
 
   // Residency changes decided by the caches, so executors that hold real bytes can free or

@@ -1019,7 +1019,9 @@ Status Pipeline::RunCake(RequestState& rs) {
     std::vector<OpId> waiting;
     if (comp != kNoOp) waiting.push_back(comp);
     waiting.insert(waiting.end(), loading.begin(), loading.end());
-    std::size_t idx = WaitAny(rs, waiting);
+    Status done;
+    std::size_t idx = WaitAny(rs, waiting, &done);
+    if (!done.ok()) return done;  // Run retires what is in flight and names the failed op
     if (comp != kNoOp && idx == 0) {
       comp = kNoOp;
     } else {
@@ -1223,23 +1225,56 @@ Status Pipeline::Wait(RequestState& rs, OpId op) {
   return st;
 }
 
-std::size_t Pipeline::WaitAny(RequestState& rs, std::span<const OpId> ops) {
+std::size_t Pipeline::WaitAny(RequestState& rs, std::span<const OpId> ops, Status* status) {
   const std::size_t i = executor_->WaitAny(ops);
+  *status = executor_->Wait(ops[i]);  // done: returns at once (executor contract)
   cache_->SetHolder(rs.holder);
   return i;
 }
+
+namespace {
+
+// Fills the outcome of a retired transfer into its record: what moved, and how it ended.
+// Returns the bytes planned but not moved (0 when it succeeded).
+Bytes SettleTransfer(const OpTimes& t, TransferRecord* tr) {
+  tr->submit_s = t.submit_s;
+  tr->start_s = t.start_s;
+  tr->end_s = t.end_s;
+  if (t.status.ok()) return 0;
+  const Bytes planned = tr->bytes;
+  if (t.status.code() == Status::Code::kAborted) {
+    tr->outcome = TransferOutcome::kAborted;
+    tr->bytes = 0;
+    tr->ios = 0;
+  } else {
+    tr->outcome = TransferOutcome::kFailed;
+    tr->bytes = std::min(planned, t.failed_moved_bytes);
+  }
+  return planned - tr->bytes;
+}
+
+// The failure to report for a failed op named `what`: its own failure annotated with it; an
+// aborted op's status already names the root.
+Status NameFailure(const Status& s, const std::string& what) {
+  return s.code() == Status::Code::kAborted ? s : s.Annotate(what);
+}
+
+}  // namespace
 
 void Pipeline::RetireBackground(bool wait_all) {
   std::size_t kept = 0;
   for (std::size_t i = 0; i < background_.size(); ++i) {
     // Index, not a reference held across the wait: a request running inside it may append.
-    if (wait_all) executor_->Wait(background_[i].op);
+    if (wait_all) executor_->Wait(background_[i].op);  // the status comes with Retire
     Background& b = background_[i];
     if (wait_all || executor_->Done(b.op)) {
       OpTimes t = executor_->Retire(b.op);
-      b.record.submit_s = t.submit_s;
-      b.record.start_s = t.start_s;
-      b.record.end_s = t.end_s;
+      SettleTransfer(t, &b.record);
+      if (!t.status.ok() && background_error_.ok()) {
+        const TransferRecord& r = b.record;
+        background_error_ =
+            NameFailure(t.status, DescribeTransfer(r.kind, r.purpose, r.request_id, r.layer));
+      }
       log_->LogTransfer(b.record);
     } else {
       background_[kept++] = std::move(b);
@@ -1253,6 +1288,14 @@ void Pipeline::RetireBackground(bool wait_all) {
 Status Pipeline::Run(const Request& request, bool warmup) {
   KVTIER_CHECK(int(in_flight_.size()) < options_.max_in_flight,
                "Pipeline::Run: more requests in flight than max_in_flight");
+  // Background work retired since the last request; a failure found there is reported now,
+  // before this request is served (the caller stops the run).
+  RetireBackground(false);
+  if (!background_error_.ok()) {
+    Status failure = std::move(background_error_);
+    background_error_ = Status::OK();
+    return failure;
+  }
   RequestState rs;
   if (options_.max_in_flight > 1) {
     // The lowest free pin slot; released at the end of this call.
@@ -1266,7 +1309,6 @@ Status Pipeline::Run(const Request& request, bool warmup) {
     holders_in_use_ |= 1u << rs.holder;
   }
   cache_->SetHolder(rs.holder);
-  RetireBackground(false);
   MaybeReorder(request.id);
   const SystemOptions& sys = options_.system;
   rs.req = &request;
@@ -1308,12 +1350,15 @@ Status Pipeline::Run(const Request& request, bool warmup) {
       break;
     }
   }
-  ComputeOp out;
-  out.kind = ComputeKind::kOutputLayer;
-  out.new_tokens = 1;
-  out.context_tokens = 1;
-  OpId output = SubmitCompute(rs, out, {last}, true);
-  if (st.ok()) st = Wait(rs, output);
+  OpId output = kNoOp;
+  if (st.ok()) {  // after a failure nothing more is submitted
+    ComputeOp out;
+    out.kind = ComputeKind::kOutputLayer;
+    out.new_tokens = 1;
+    out.context_tokens = 1;
+    output = SubmitCompute(rs, out, {last}, true);
+    st = Wait(rs, output);
+  }
   rs.rec.end_s = executor_->Now();
 
   if (st.ok()) {
@@ -1333,28 +1378,56 @@ Status Pipeline::Run(const Request& request, bool warmup) {
     }
   }
 
-  // Retire the foreground ops: transfers are logged; GPU busy time gives the exposed I/O.
+  // Retire the foreground ops: transfers are logged as they happened; GPU busy time gives the
+  // exposed I/O. Every op's status is checked: the request's failure is the first op (in
+  // submission order) that failed itself, else the first aborted one (its root was not this
+  // request's: a background store the executor ordered a read after).
   Seconds gpu_busy = 0;
-  std::unordered_map<OpId, OpTimes> times;
+  struct Span {
+    Seconds start_s, end_s;
+  };
+  std::unordered_map<OpId, Span> times;
+  Status own_failure, aborted;
   for (const auto& o : rs.ops) {
     if (!executor_->Done(o.op)) Wait(rs, o.op);
     OpTimes t = executor_->Retire(o.op);
-    times[o.op] = t;
+    times[o.op] = {t.start_s, t.end_s};
+    if (!t.status.ok()) {
+      Status& first = t.status.code() == Status::Code::kAborted ? aborted : own_failure;
+      if (first.ok()) {
+        first = NameFailure(t.status,
+                            o.is_transfer ? DescribeTransfer(o.transfer.kind, o.transfer.purpose,
+                                                             o.transfer.request_id, o.layer)
+                                          : DescribeCompute(o.compute_kind, rs.req->id, o.layer));
+      }
+    }
     if (o.is_transfer) {
       TransferRecord tr = o.transfer;
-      tr.submit_s = t.submit_s;
-      tr.start_s = t.start_s;
-      tr.end_s = t.end_s;
+      if (const Bytes lost = SettleTransfer(t, &tr); lost > 0) {
+        // The request's byte counts (added at submission) keep only what moved.
+        switch (tr.kind) {
+          case TransferKind::kSsdRead: rs.rec.ssd_read_bytes -= lost; break;
+          case TransferKind::kSsdWrite: rs.rec.ssd_write_bytes -= lost; break;
+          case TransferKind::kH2D: rs.rec.pcie_h2d_bytes -= lost; break;
+          case TransferKind::kD2H: rs.rec.pcie_d2h_bytes -= lost; break;
+          case TransferKind::kCpuGather: break;
+        }
+      }
       log_->LogTransfer(tr);
     } else if (o.gpu) {
       gpu_busy += t.end_s - t.start_s;
     }
   }
+  if (!own_failure.ok()) {
+    st = std::move(own_failure);
+  } else if (!aborted.ok()) {
+    st = std::move(aborted);
+  }
   Seconds prev_end = rs.rec.start_s;
   for (LayerRecord& lr : rs.layers) {
     const OpId c = rs.layer_compute[std::size_t(lr.layer)];
     if (c == kNoOp) continue;
-    const OpTimes& t = times[c];
+    const Span& t = times[c];
     Seconds busy = 0;
     for (OpId g : rs.layer_gpu_ops[std::size_t(lr.layer)]) busy += times[g].end_s - times[g].start_s;
     lr.start_s = t.start_s;
@@ -1423,7 +1496,7 @@ void Pipeline::Prewarm(const Request& request) {
   }
 }
 
-void Pipeline::Finish() {
+Status Pipeline::Finish() {
   KVTIER_CHECK(in_flight_.empty(), "Pipeline::Finish with requests in flight");
   RetireBackground(true);
   const PipelineTotals& t = totals_;
@@ -1442,6 +1515,9 @@ void Pipeline::Finish() {
   log_->LogMetric("reorder_passes", double(t.reorder_passes));
   log_->LogMetric("repacked_segments", double(t.repacked_segments));
   log_->Flush();
+  Status failure = std::move(background_error_);
+  background_error_ = Status::OK();
+  return failure;
 }
 
 }  // namespace kvtier

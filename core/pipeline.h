@@ -26,6 +26,19 @@
 //   reorder.enabled: every reorder.interval, repack the segments whose importance order
 //       changed (background SSD reads + writes).
 //
+// Failures (core/executor.h, "Failure"). Every operation's status is checked: each Wait and
+// WaitAny, and every op when it is retired, foreground or background. The first failure of a
+// request fails it: the pipeline stops submitting its work, waits for what is in flight, logs
+// its rows as they happened (transfers with status failed/aborted and the bytes that did
+// move; the request with its error) and Run returns the failure, annotated with the failed
+// operation: "IoError: ssd_read (demand, request 7, layer 3): chunk 0x... (segment 2, layer
+// 3, K, index 0): short read 4096 < 65536 bytes at offset ...". When only ops downstream of
+// the failure are known (the root was a background store the executor ordered a read after),
+// the status is kAborted and names the root in its message. A background operation (store,
+// repack, promotion, demotion) that fails is remembered when it is retired and returned by the
+// next Run -- which then serves nothing and logs no request -- or by Finish. A caller should
+// stop the run at the first failure: the caches may then hold chunks whose loads failed.
+//
 // Not thread-safe; one Pipeline per executor. With max_in_flight = 1 (one request at a time),
 // decisions depend only on the request sequence, the trace's importance and the config, never
 // on timing, so every executor makes the same decisions for the same inputs.
@@ -100,7 +113,9 @@ class Pipeline {
 
   // Serves `request` starting now (the caller has handled arrival and queueing). Logs its
   // request, layer, transfer and decision rows; `warmup` marks them excluded from statistics.
-  // Returns the first executor error, if any (the request is then logged with that status).
+  // Returns the request's first failure (see "Failures" above; the request is logged with it
+  // as its status), or, without serving the request or logging it, the failure of a
+  // background operation retired since the last report.
   // REQUIRES: fewer than options.max_in_flight calls in flight (other actors' Run calls
   // blocked in an executor wait); `request` outlives the call.
   Status Run(const Request& request, bool warmup = false);
@@ -110,8 +125,9 @@ class Pipeline {
   void Prewarm(const Request& request);
 
   // Waits for background work (stores, promotions, repacks), logs it and the run's metrics.
+  // Returns the first failure of a background operation not yet returned by Run.
   // REQUIRES: no Run in flight.
-  void Finish();
+  Status Finish();
 
   const TieredCache& cache() const { return *cache_; }
   const RadixTree& tree() const { return *tree_; }
@@ -139,7 +155,8 @@ class Pipeline {
   // Executor waits made by a request: other requests may run inside them, so afterwards the
   // cache's pin holder is this request's again.
   Status Wait(RequestState& rs, OpId op);
-  std::size_t WaitAny(RequestState& rs, std::span<const OpId> ops);
+  // Index of the first op done, and its status in *status.
+  std::size_t WaitAny(RequestState& rs, std::span<const OpId> ops, Status* status);
   // True if an in-flight request reads segment `id` (its match references it).
   bool SegmentInUse(std::uint32_t id) const;
   void RetireBackground(bool wait_all);
@@ -160,6 +177,7 @@ class Pipeline {
     TransferRecord record;
   };
   std::vector<Background> background_;
+  Status background_error_;  // first background failure not yet returned by Run or Finish
   PipelineTotals totals_;
   std::vector<const RequestState*> in_flight_;  // requests inside Run, oldest first
   std::uint32_t holders_in_use_ = 0;  // bit h: a request in flight holds pin slot h

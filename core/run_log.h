@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/executor.h"
@@ -39,7 +40,9 @@ struct RequestRecord {
   std::int64_t itf_layers = 0;       // layers where ITF ran
   std::int64_t itf_fallback_layers = 0;
   bool warmup = false;               // excluded from statistics
-  std::string status = "ok";         // "ok" or the error that stopped it
+  // "ok", or the failure that stopped it: the first failed operation of the request, named
+  // with its kind, purpose and layer, and the executor's error (chunk, errno or CUDA text).
+  std::string status = "ok";
 };
 
 struct LayerRecord {
@@ -57,6 +60,23 @@ struct LayerRecord {
   Seconds stall_s = 0;               // time the layer waited for its KV after the GPU was free
 };
 
+// How a transfer ended (core/executor.h, "Failure"): transfers.status.
+enum class TransferOutcome : std::uint8_t {
+  kOk,       // moved every byte
+  kFailed,   // failed itself (I/O error, short read, content mismatch, store full, CUDA)
+  kAborted,  // never ran: a transfer or compute it depended on failed
+};
+inline std::string_view TransferOutcomeName(TransferOutcome outcome) {
+  switch (outcome) {
+    case TransferOutcome::kOk: return "ok";
+    case TransferOutcome::kFailed: return "failed";
+    case TransferOutcome::kAborted: return "aborted";
+  }
+  return "?";
+}
+
+// One transfer as it happened: `bytes` and `ios` are what moved, so a failed read is not
+// logged as data read.
 struct TransferRecord {
   RequestId request_id = 0;
   int layer = -1;
@@ -64,11 +84,12 @@ struct TransferRecord {
   Tier dst = Tier::kCpu;
   TransferKind kind = TransferKind::kSsdRead;
   Purpose purpose = Purpose::kDemand;
-  Bytes bytes = 0;
-  std::uint32_t ios = 0;
+  Bytes bytes = 0;                   // moved (kFailed: before the failure; kAborted: 0)
+  std::uint32_t ios = 0;             // I/Os or copies it was made of (kAborted: 0)
   Seconds submit_s = 0;
   Seconds start_s = 0;
   Seconds end_s = 0;
+  TransferOutcome outcome = TransferOutcome::kOk;
 };
 
 // A policy decision: "itf" (detail: pass/fallback), "admit", "evict", "promote", "demote",

@@ -12,6 +12,7 @@ std::string_view CodeName(Status::Code code) {
     case Status::Code::kOutOfSpace: return "OutOfSpace";
     case Status::Code::kUnavailable: return "Unavailable";
     case Status::Code::kInternal: return "Internal";
+    case Status::Code::kAborted: return "Aborted";
   }
   return "Unknown";
 }
@@ -19,6 +20,11 @@ std::string_view CodeName(Status::Code code) {
 std::string Status::ToString() const {
   if (ok()) return "OK";
   return std::string(CodeName(code_)) + ": " + message_;
+}
+
+Status Status::Annotate(std::string_view context) const {
+  if (ok()) return *this;
+  return Status(code_, std::string(context) + ": " + message_);
 }
 
 }  // namespace kvtier

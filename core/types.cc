@@ -1,5 +1,7 @@
 #include "core/types.h"
 
+#include <cstdio>
+
 namespace kvtier {
 
 std::string_view TierName(Tier tier) {
@@ -18,6 +20,14 @@ std::string_view KvKindName(KvKind kind) {
     case KvKind::kProbeKey: return "PK";
   }
   return "?";
+}
+
+std::string DescribeChunk(ChunkId id) {
+  char hex[32];
+  std::snprintf(hex, sizeof(hex), "0x%016llx", static_cast<unsigned long long>(id.value));
+  return "chunk " + std::string(hex) + " (segment " + std::to_string(id.segment()) + ", layer " +
+         std::to_string(id.layer()) + ", " + std::string(KvKindName(id.kind())) + ", index " +
+         std::to_string(id.index()) + ")";
 }
 
 }  // namespace kvtier

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <string_view>
 
 namespace kvtier {
@@ -42,6 +43,9 @@ struct ChunkId {
   friend bool operator!=(ChunkId a, ChunkId b) { return a.value != b.value; }
   friend bool operator<(ChunkId a, ChunkId b) { return a.value < b.value; }
 };
+
+// "chunk 0x0000000500c00003 (segment 5, layer 3, V, index 3)": how every error names a chunk.
+std::string DescribeChunk(ChunkId id);
 
 inline constexpr std::uint32_t kMaxLayers = 1024;
 inline constexpr std::uint32_t kMaxChunksPerSegment = 1u << 20;

@@ -88,14 +88,6 @@ Record MakeRecord(uint32_t type, uint64_t seq, ChunkId id, const ChunkLocation& 
 
 }  // namespace
 
-std::string DescribeChunk(ChunkId id) {
-  char hex[32];
-  std::snprintf(hex, sizeof(hex), "0x%016llx", static_cast<unsigned long long>(id.value));
-  return "chunk " + std::string(hex) + " (segment " + std::to_string(id.segment()) + ", layer " +
-         std::to_string(id.layer()) + ", " + std::string(KvKindName(id.kind())) + ", index " +
-         std::to_string(id.index()) + ")";
-}
-
 ChunkStore::ChunkStore(const ChunkStoreOptions& options)
     : options_(options),
       data_path_(options.dir + "/chunks.dat"),

@@ -47,8 +47,8 @@
 
 namespace kvtier::hw {
 
-// "chunk 0x0000000500c00003 (segment 5, layer 3, V, index 3)": how every hw/ error names a chunk.
-std::string DescribeChunk(ChunkId id);
+// How every hw/ error names a chunk (core/types.h).
+using kvtier::DescribeChunk;
 
 // Every extent offset and allocation size is a multiple of this (page and NVMe LBA size).
 inline constexpr uint64_t kChunkAlign = 4096;

@@ -200,9 +200,12 @@ struct HwExecutor::Impl {
     int pending = 0;
     std::vector<OpId> dependents;
     bool done = false;
+    bool aborting = false;  // a dependency failed: it is being completed without running
     bool waited = false;  // the driving thread blocks on it: wake it on completion
     Status status;
     OpTimes times;
+    std::atomic<Bytes> moved{0};  // transfers: bytes moved so far (reported if it fails)
+    std::size_t first_unwritten = 0;  // SSD writes: chunks[i >= this] were not stored
     // SSD reads: pieces still in flight, and the first error.
     std::atomic<int> pieces_left{0};
     std::mutex err_mu;
@@ -244,6 +247,9 @@ struct HwExecutor::Impl {
   std::int64_t incomplete = 0;
   bool draining = false;
   std::unordered_map<ChunkId, OpId> pending_puts;  // chunk -> store op not yet complete
+  // chunk -> the store op that failed to write it (until a later store of it is submitted):
+  // a read of it is aborted naming that failure, whether it was submitted before or after it.
+  std::unordered_map<ChunkId, OpPtr> failed_puts;
 
   // Residency and locations.
   std::mutex res_mu;
@@ -269,9 +275,12 @@ struct HwExecutor::Impl {
 
   // ---- completion and dispatch ----
 
+  // Completes `op` with `status`. Its dependents are released, or, when it failed, completed
+  // at once without running, with a status naming this failure (the Executor contract).
   void Complete(const OpPtr& op, Status status, Seconds start_s, Seconds end_s) {
-    std::vector<OpPtr> ready;
+    std::vector<OpPtr> ready, aborted;
     bool notify = false;
+    const bool failed = !status.ok();
     {
       std::lock_guard<std::mutex> l(mu);
       op->status = std::move(status);
@@ -280,15 +289,24 @@ struct HwExecutor::Impl {
       op->done = true;
       --incomplete;
       if (op->is_transfer && op->t.kind == TransferKind::kSsdWrite) {
-        for (const ChunkIo& c : op->t.chunks) {
-          auto it = pending_puts.find(c.chunk);
-          if (it != pending_puts.end() && it->second == op->id) pending_puts.erase(it);
+        for (std::size_t i = 0; i < op->t.chunks.size(); ++i) {
+          const ChunkId c = op->t.chunks[i].chunk;
+          auto it = pending_puts.find(c);
+          if (it == pending_puts.end() || it->second != op->id) continue;  // stored again since
+          pending_puts.erase(it);
+          if (failed && i >= op->first_unwritten) failed_puts[c] = op;
         }
       }
       for (OpId d : op->dependents) {
         auto it = ops.find(d);
-        if (it == ops.end()) continue;
-        if (--it->second->pending == 0) ready.push_back(it->second);
+        // Already aborted by another failed dependency: nothing to release.
+        if (it == ops.end() || it->second->done || it->second->aborting) continue;
+        if (failed) {
+          it->second->aborting = true;
+          aborted.push_back(it->second);
+        } else if (--it->second->pending == 0) {
+          ready.push_back(it->second);
+        }
       }
       op->dependents.clear();
       // Waking the driving thread for ops it does not wait on costs a core switch on small
@@ -297,6 +315,15 @@ struct HwExecutor::Impl {
     }
     if (notify) cv.notify_all();
     for (const OpPtr& r : ready) Dispatch(r);
+    if (!aborted.empty()) {
+      const Status why = AbortedAfter(Describe(*op), op->status);
+      const Seconds now = Now();
+      for (const OpPtr& a : aborted) Complete(a, why, now, now);
+    }
+  }
+
+  static std::string Describe(const OpState& op) {
+    return op.is_transfer ? DescribeOp(op.t) : DescribeOp(op.c);
   }
 
   void Dispatch(const OpPtr& op) {
@@ -337,13 +364,14 @@ struct HwExecutor::Impl {
       ChunkLocation loc;
       std::byte* dst;
       bool have_loc;
+      Bytes bytes;  // of the op's bytes: counted as moved once this piece is read intact
     };
     std::vector<Piece> pieces;
     if (op->t.chunks.empty()) {
       // A bytes-only read (the reorderer's repack reads carry no chunk list): read that many
       // bytes of the data file, in slot-sized pieces, into staging. Honest bandwidth, no content.
       Bytes left = RoundUp(std::max<Bytes>(op->t.bytes, 1), kChunkAlign);
-      Bytes off = 0;
+      Bytes off = 0, counted = 0;
       const Bytes cap = store->capacity_bytes();
       while (left > 0) {
         const Bytes n = std::min<Bytes>({left, slot_bytes, Bytes(1) << 20});
@@ -351,14 +379,16 @@ struct HwExecutor::Impl {
         ChunkLocation loc;
         loc.offset = off;
         loc.length = n;
-        pieces.push_back({ChunkId{0}, loc, staging.Allocate(n).first, true});
+        const Bytes piece_bytes = std::min<Bytes>(n, op->t.bytes - counted);
+        counted += piece_bytes;
+        pieces.push_back({ChunkId{0}, loc, staging.Allocate(n).first, true, piece_bytes});
         off += n;
         left -= n;
       }
     } else {
       std::lock_guard<std::mutex> l(res_mu);
       for (const ChunkIo& c : op->t.chunks) {
-        Piece p{c.chunk, {}, nullptr, false};
+        Piece p{c.chunk, {}, nullptr, false, c.bytes};
         if (auto loc = store->Lookup(c.chunk)) {
           p.loc = *loc;
           p.have_loc = true;
@@ -403,9 +433,11 @@ struct HwExecutor::Impl {
       const bool check = !op->t.chunks.empty();
       const Bytes length = p.loc.length;
       const std::byte* dst = p.dst;
-      r.on_complete = [this, op, check, length, dst, full](const ReadResult& res) {
+      const Bytes piece_bytes = p.bytes;
+      r.on_complete = [this, op, check, length, dst, full, piece_bytes](const ReadResult& res) {
         Status s = res.status;
         if (s.ok() && check) s = CheckChunkContent(res.chunk_id, length, dst, full);
+        if (s.ok()) op->moved += piece_bytes;
         {
           std::lock_guard<std::mutex> l(stats_mu);
           st.bytes_read += res.bytes;
@@ -425,19 +457,24 @@ struct HwExecutor::Impl {
     Status status;
     Bytes written = 0;
     std::uint64_t chunks = 0;
+    // The first put that fails (a full store: OutOfSpace naming the chunk and the capacity;
+    // an I/O error) fails the op; the rest is not attempted.
     auto put = [&](ChunkId id, Bytes len) {
       if (fill_buf.size() < len) fill_buf.resize(len);
       FillChunkContent(id, len, fill_buf.data());
-      Status s = store->Put(id, std::span<const std::byte>(fill_buf.data(), len));
-      if (!s.ok() && status.ok()) status = s;
-      written += len;
+      status = store->Put(id, std::span<const std::byte>(fill_buf.data(), len));
+      if (status.ok()) written += len;
+      return status.ok();
     };
     if (!op->t.chunks.empty()) {
-      for (const ChunkIo& c : op->t.chunks) {
+      std::size_t i = 0;
+      for (; i < op->t.chunks.size(); ++i) {
+        const ChunkIo& c = op->t.chunks[i];
         if (c.bytes == 0) continue;
-        put(c.chunk, c.bytes);
+        if (!put(c.chunk, c.bytes)) break;
         ++chunks;
       }
+      op->first_unwritten = i;  // read by Complete, under the scheduler's lock
     } else {
       // Bytes-only writes (repacks): scratch chunk ids in a reserved segment, so the write
       // bandwidth is real and the extents are recycled by the next repack.
@@ -445,10 +482,11 @@ struct HwExecutor::Impl {
       std::uint32_t i = 0;
       while (left > 0) {
         const Bytes n = std::min<Bytes>(left, slot_bytes);
-        put(ChunkId::Make(0xFFFFFFFFu, KvKind::kKey, 0, i++), n);
+        if (!put(ChunkId::Make(0xFFFFFFFFu, KvKind::kKey, 0, i++), n)) break;
         left -= n;
       }
     }
+    op->moved = written;
     {
       std::lock_guard<std::mutex> l(stats_mu);
       st.bytes_written += written;
@@ -773,6 +811,7 @@ struct HwExecutor::Impl {
 
   OpId SubmitOp(OpPtr op, std::span<const OpId> after) {
     bool ready = false;
+    OpPtr failed_dep;  // a dependency that already failed: `op` will not run
     if (!op->is_transfer && op->c.heads > model.kv_heads) {
       // The Pipeline's H2O step names query heads; the cost model counts KV heads (their query
       // groups included), so clamp as ComputeCost would need (all KV heads).
@@ -785,7 +824,11 @@ struct HwExecutor::Impl {
       auto depend = [&](OpId dep) {
         if (dep == kNoOp || dep == op->id) return;
         auto it = ops.find(dep);
-        if (it == ops.end() || it->second->done) return;  // retired or complete
+        if (it == ops.end()) return;  // retired (the Pipeline retires only completed ops)
+        if (it->second->done) {
+          if (!it->second->status.ok() && !failed_dep) failed_dep = it->second;
+          return;
+        }
         ++op->pending;
         it->second->dependents.push_back(op->id);
       };
@@ -793,6 +836,9 @@ struct HwExecutor::Impl {
       if (op->is_transfer && op->t.kind == TransferKind::kSsdRead) {
         // Read-after-write: a chunk whose store is still in flight is read once it is durable.
         for (const ChunkIo& c : op->t.chunks) {
+          if (auto f = failed_puts.find(c.chunk); f != failed_puts.end() && !failed_dep) {
+            failed_dep = f->second;  // its store failed: the chunk is not on the SSD
+          }
           auto it = pending_puts.find(c.chunk);
           if (it == pending_puts.end()) continue;
           depend(it->second);
@@ -801,13 +847,22 @@ struct HwExecutor::Impl {
         }
       }
       if (op->is_transfer && op->t.kind == TransferKind::kSsdWrite) {
-        for (const ChunkIo& c : op->t.chunks) pending_puts[c.chunk] = op->id;
+        for (const ChunkIo& c : op->t.chunks) {
+          pending_puts[c.chunk] = op->id;
+          failed_puts.erase(c.chunk);
+        }
       }
       ops.emplace(op->id, op);
       ++incomplete;
-      ready = op->pending == 0;
+      if (failed_dep) op->aborting = true;  // pending dependencies will not release it
+      ready = op->pending == 0 && !failed_dep;
     }
-    if (ready) Dispatch(op);
+    if (failed_dep) {
+      const Seconds now = Now();
+      Complete(op, AbortedAfter(Describe(*failed_dep), failed_dep->status), now, now);
+    } else if (ready) {
+      Dispatch(op);
+    }
     return op->id;
   }
 };
@@ -867,6 +922,16 @@ Status HwExecutor::Create(const ModelSpec& model, const HardwareOptions& hardwar
   const Bytes kv_chunk = model.ChunkBytes(options.chunk_tokens);
   const Bytes probe_chunk = model.ProbeChunkBytes(options.chunk_tokens, options.probe_heads);
   m.slot_bytes = RoundUp(std::max(kv_chunk, probe_chunk), kChunkAlign);
+  // A store that cannot take even one chunk cannot serve any run: bad input, said before the
+  // run. (One that fills up during the run fails the write that does not fit: OutOfSpace.)
+  if (RoundUp(options.store_capacity, kChunkAlign) < m.slot_bytes) {
+    return Status::InvalidArgument(
+        "hw.store_capacity = " + std::to_string(options.store_capacity) +
+        " B cannot hold one chunk: a chunk of " + std::to_string(options.chunk_tokens) +
+        " tokens of model " + model.name + " takes " + std::to_string(m.slot_bytes) +
+        " B on disk (K or V " + std::to_string(kv_chunk) + " B, probe keys " +
+        std::to_string(probe_chunk) + " B); the store needs room for every chunk the run stores");
+  }
 
   // Memory budget: three rings, then the CPU and GPU cache arenas in proportion.
   Bytes ring = std::min(options.ring_bytes, options.max_memory / 8);
@@ -1021,6 +1086,8 @@ OpTimes HwExecutor::Retire(OpId op) {
   auto it = m.ops.find(op);
   if (it == m.ops.end()) return {};
   OpTimes t = it->second->times;
+  t.status = it->second->status;
+  if (!t.status.ok()) t.failed_moved_bytes = it->second->moved.load();
   m.ops.erase(it);
   return t;
 }

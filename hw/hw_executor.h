@@ -7,10 +7,16 @@
 //              (class from the purpose: demand/cake_load -> demand, probe -> probe, everything
 //              else -> prefetch), into the chunk's CPU-cache arena slot when the cache placed it
 //              in the CPU tier, else into a staging ring slot. Every chunk read is checked: its
-//              header (chunk id, length) always, every byte with `verify`.
+//              header (chunk id, length) always, every byte with `verify`. A chunk not in the
+//              store (NotFound), an I/O error or a short read (IoError with the errno text), or
+//              a content mismatch fails the op, naming the chunk.
 //   SSD write  ChunkStore::Put of each chunk's deterministic content (FillChunkContent), on a
 //              writer thread. Reads of a chunk whose store is still pending wait for it (an
 //              implicit read-after-write dependency the Pipeline does not need to know about).
+//              The first put that fails -- the store is full (OutOfSpace naming the chunk and
+//              the capacity), or an I/O error -- fails the op and the rest is not written; a
+//              read of a chunk it did not write is aborted naming that failure (core/executor.h
+//              "Failure"), until the chunk is stored again.
 //   CPU gather the selected rows of each staged chunk into a contiguous gather ring slot.
 //   H2D / D2H  host backend: memcpy into / out of a separate "device" arena (never one small hot
 //              buffer), paced to pcie.h2d_bw / pcie.d2h_bw plus pcie.latency per copy when
@@ -20,6 +26,10 @@
 //              models/layer_table.h: the roofline, or the measured gpu.layer_table), `real`
 //              runs Eigen GEMMs and attention at the model's shapes (random weights). cuda
 //              backend: cuBLAS GEMMs at the model's shapes plus the attention kernel.
+//
+// Failures follow the Executor contract: an op whose dependency failed is completed at once,
+// without running, with Status::Aborted naming the root failure; Retire reports every op's
+// status. `hw.store_capacity` too small for one chunk is rejected by Create (InvalidArgument).
 //
 // Each resource is a persistent worker thread serving a FIFO (H2D, D2H, CPU, compute, writer);
 // the IoEngine has its own thread(s). An op is queued on its resource once every op in `after`
@@ -98,7 +108,8 @@ class HwExecutor : public Executor {
  public:
   // Opens the chunk store, the I/O engine, the arenas and the workers. `hardware` gives the
   // link rates for pacing and the cost model for modeled compute (with its gpu.layer_table;
-  // a missing or bad table is InvalidArgument).
+  // a missing or bad table is InvalidArgument). A store_capacity that cannot hold one chunk
+  // of the model at chunk_tokens is InvalidArgument naming hw.store_capacity and the chunk size.
   static Status Create(const ModelSpec& model, const HardwareOptions& hardware,
                        const HwExecutorOptions& options, std::unique_ptr<HwExecutor>* out);
   ~HwExecutor() override;

@@ -559,6 +559,9 @@ OpId SimExecutor::Submit(ComputeOp op, std::span<const OpId> after) {
 
 Status SimExecutor::Wait(OpId op) {
   if (impl_->multi()) {
+    // A completed op: no wait, no hand-over (the contract; the Pipeline asks for the status
+    // of the op WaitAny found done).
+    if (impl_->At(op).state == Impl::State::kDone) return Status::OK();
     Impl::Waiter& me = *impl_->holder;
     me.kind = Impl::Waiter::Kind::kOp;
     me.op = op;

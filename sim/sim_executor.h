@@ -34,6 +34,8 @@
 // wait is satisfied, or else waits in SimGrid for the next completion (or the earliest
 // IdleUntil deadline) on behalf of all of them. Dependencies stay exact.
 //
+// Operations never fail: every status is OK (a simulated SSD has no I/O errors).
+//
 // One SimExecutor per process (SimGrid's Engine is a singleton; notes P3). All methods must be
 // called from the body (or the actors) that Run started.
 

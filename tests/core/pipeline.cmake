@@ -1,4 +1,8 @@
 # Tests of the radix tree and the Pipeline (over FakeExecutor).
 kvtier_add_test(NAME radix_tree_test SOURCES radix_tree_test.cc LIBS kvtier_core LABELS unit)
 kvtier_add_test(NAME pipeline_test SOURCES pipeline_test.cc LIBS kvtier_testutil LABELS unit)
+kvtier_add_test(NAME pipeline_failure_test SOURCES pipeline_failure_test.cc LIBS kvtier_testutil
+                LABELS unit contract)
+target_compile_definitions(pipeline_failure_test PRIVATE
+                           KVTIER_TEST_SOURCE_DIR="${PROJECT_SOURCE_DIR}")  # configs/systems
 kvtier_add_test(NAME reorderer_test SOURCES reorderer_test.cc LIBS kvtier_core LABELS unit)

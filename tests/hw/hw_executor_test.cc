@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <numeric>
 
 #include "core/pipeline.h"
@@ -186,6 +189,155 @@ TEST(HwExecutor, ReadWaitsForThePendingStoreOfItsChunk) {
   const OpTimes wt = ex->Retire(wid), rt = ex->Retire(rid);
   EXPECT_GE(rt.start_s, wt.end_s);
   EXPECT_EQ(ex->stats().chunks_verified, 1u);
+}
+
+// The Executor contract on hardware: a read that fails (a chunk the store lacks) completes
+// with NotFound; what depends on it, directly or through another op, is aborted at once naming
+// it, and so is an op submitted after it failed. Only the chunk that was read intact counts as
+// moved.
+TEST(HwExecutor, DependentsOfAFailedReadAreAbortedNamingIt) {
+  ScratchDir dir;
+  std::unique_ptr<HwExecutor> ex;
+  const SystemOptions sys = System("as", 0, 0);
+  ASSERT_TRUE(HwExecutor::Create(TinyModel(), HardwareOptions{}, Options(dir.path(), sys), &ex).ok());
+  const ChunkId present = ChunkId::Make(4, KvKind::kKey, 1, 0);
+  const ChunkId missing = ChunkId::Make(4, KvKind::kKey, 1, 1);
+  ASSERT_TRUE(ex->Prepopulate(present, 128, false).ok());
+  TransferOp read;
+  read.kind = TransferKind::kSsdRead;
+  read.request = 5;
+  read.layer = 1;
+  read.bytes = 256;
+  read.ios = 2;
+  read.chunks = {{present, 128, {}}, {missing, 128, {}}};
+  TransferOp h2d = read;
+  h2d.kind = TransferKind::kH2D;
+  ComputeOp layer;
+  layer.kind = ComputeKind::kLayerPrefill;
+  layer.request = 5;
+  layer.layer = 1;
+  layer.new_tokens = 4;
+  layer.context_tokens = 8;
+  const OpId r = ex->Submit(read, {});
+  const OpId h = ex->Submit(h2d, std::vector<OpId>{r});
+  const OpId c = ex->Submit(layer, std::vector<OpId>{h});
+  const Status rs = ex->Wait(r);
+  EXPECT_EQ(rs.code(), Status::Code::kNotFound);
+  EXPECT_NE(rs.message().find(DescribeChunk(missing)), std::string::npos) << rs.message();
+  const std::string root = "after failed ssd_read (demand, request 5, layer 1): " + rs.ToString();
+  const Status hs = ex->Wait(h), cs = ex->Wait(c);
+  EXPECT_EQ(hs.code(), Status::Code::kAborted);
+  EXPECT_EQ(hs.message(), root);
+  EXPECT_EQ(cs.message(), root);  // transitively: the same root
+  const OpId late = ex->Submit(h2d, std::vector<OpId>{r});
+  EXPECT_EQ(ex->Wait(late).message(), root);
+  const OpTimes rt = ex->Retire(r), ht = ex->Retire(h), ct = ex->Retire(c), lt = ex->Retire(late);
+  EXPECT_EQ(rt.status.code(), Status::Code::kNotFound);
+  EXPECT_EQ(rt.failed_moved_bytes, 128u);  // the present chunk was read and checked
+  EXPECT_EQ(ht.failed_moved_bytes, 0u);
+  EXPECT_EQ(ht.start_s, ht.end_s);  // never ran
+  EXPECT_GE(ht.start_s, rt.end_s);
+  EXPECT_EQ(ct.status.message(), root);
+  EXPECT_EQ(lt.status.code(), Status::Code::kAborted);
+  EXPECT_EQ(ex->stats().bytes_h2d, 0u);  // no copy ran
+  EXPECT_EQ(ex->stats().compute_ops, 0u);
+}
+
+// A store that cannot hold one chunk is refused before anything runs.
+TEST(HwExecutor, AStoreTooSmallForOneChunkIsRefusedAtCreate) {
+  ScratchDir dir;
+  SystemOptions sys = System("as", 0, 0);
+  sys.chunk_tokens = 256;  // 256 tokens * 32 B: an 8 KiB chunk
+  HwExecutorOptions o = Options(dir.path(), sys);
+  o.store_capacity = 4096;
+  std::unique_ptr<HwExecutor> ex;
+  const Status s = HwExecutor::Create(TinyModel(), HardwareOptions{}, o, &ex);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  for (const char* part : {"hw.store_capacity = 4096 B", "cannot hold one chunk", "8192 B"}) {
+    EXPECT_NE(s.message().find(part), std::string::npos) << s.message();
+  }
+}
+
+// A store that fills up fails the write that does not fit (OutOfSpace, naming the chunk and the
+// capacity) and the run: the next request finds the failure, or reads of the chunks the store
+// did not write are aborted naming it -- never a success, never a bare "not found".
+TEST(HwExecutor, AStoreThatFillsUpFailsTheRunNamingTheCapacity) {
+  ScratchDir dir;
+  const SystemOptions sys = System("as", 0, 0);
+  HwExecutorOptions o = Options(dir.path(), sys);
+  o.store_capacity = 16384;  // four 4 KiB extents; request 1 stores 60 chunks
+  std::unique_ptr<HwExecutor> ex;
+  ASSERT_TRUE(HwExecutor::Create(TinyModel(), HardwareOptions{}, o, &ex).ok());
+  ScriptedScores scores(Agreeing);
+  MemoryRunLog log;
+  PipelineOptions po;
+  po.system = sys;
+  Pipeline pipeline(TinyModel(), po, ex.get(), &scores, &log);
+  Status failure;
+  for (const Request& r : Requests()) {
+    failure = pipeline.Run(r);
+    if (!failure.ok()) break;
+  }
+  if (Status st = pipeline.Finish(); failure.ok()) failure = st;
+  ex->Drain();
+  ASSERT_FALSE(failure.ok());
+  const std::string msg = failure.ToString();
+  for (const char* part : {"OutOfSpace", "ssd_write (store, request 1)", "capacity 16384",
+                           "chunk 0x"}) {
+    EXPECT_NE(msg.find(part), std::string::npos) << msg;
+  }
+  EXPECT_EQ(ex->stats().chunks_written, 4u);  // what fit; the rest was not attempted
+  bool failed_write = false;
+  for (const TransferRecord& t : log.transfers) {
+    if (t.kind == TransferKind::kSsdWrite && t.outcome == TransferOutcome::kFailed) {
+      failed_write = true;
+      EXPECT_EQ(t.bytes, 4u * 128);
+    }
+  }
+  EXPECT_TRUE(failed_write);
+}
+
+// hw.verify: a chunk whose bytes were corrupted on disk after it was stored fails the read
+// (the header check alone does not see it).
+TEST(HwExecutor, VerifyFailsAReadOfCorruptedBytes) {
+  ScratchDir dir;
+  const ChunkId id = ChunkId::Make(6, KvKind::kValue, 0, 2);
+  const SystemOptions sys = System("as", 0, 0);
+  {
+    std::unique_ptr<HwExecutor> ex;
+    ASSERT_TRUE(HwExecutor::Create(TinyModel(), HardwareOptions{}, Options(dir.path(), sys), &ex).ok());
+    ASSERT_TRUE(ex->Prepopulate(id, 128, false).ok());
+  }
+  {  // flip one byte past the header
+    UniqueFd fd(::open((dir.path() + "/chunks.dat").c_str(), O_RDWR));
+    ASSERT_GE(fd.get(), 0);
+    std::byte b{};
+    ASSERT_EQ(::pread(fd.get(), &b, 1, 100), 1);
+    b ^= std::byte{0x5A};
+    ASSERT_EQ(::pwrite(fd.get(), &b, 1, 100), 1);
+  }
+  for (bool verify : {false, true}) {
+    SCOPED_TRACE(verify ? "verify" : "header only");
+    HwExecutorOptions o = Options(dir.path(), sys);
+    o.verify = verify;
+    std::unique_ptr<HwExecutor> ex;
+    ASSERT_TRUE(HwExecutor::Create(TinyModel(), HardwareOptions{}, o, &ex).ok());
+    TransferOp op;
+    op.kind = TransferKind::kSsdRead;
+    op.bytes = 128;
+    op.chunks.push_back({id, 128, {}});
+    const OpId r = ex->Submit(op, {});
+    const Status s = ex->Wait(r);
+    if (verify) {
+      EXPECT_EQ(s.code(), Status::Code::kIoError);
+      EXPECT_NE(s.message().find(DescribeChunk(id) + ": content check failed at byte 96"),
+                std::string::npos)
+          << s.message();
+    } else {
+      EXPECT_TRUE(s.ok()) << s.ToString();
+    }
+    EXPECT_EQ(ex->Retire(r).status.ok(), !verify);
+  }
 }
 
 TEST(HwExecutor, ContentCheckDetectsEveryByte) {
