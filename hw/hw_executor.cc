@@ -13,6 +13,7 @@
 #include <optional>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "hw/arena.h"
 #include "hw/chunk_store.h"
@@ -255,6 +256,32 @@ struct HwExecutor::Impl {
   std::mutex res_mu;
   std::unordered_map<ChunkId, std::uint32_t> cpu_slots, gpu_slots;
   std::unordered_map<ChunkId, Loc> host_loc, gathered_loc;
+  // CPU-cache slots being written (an SSD read landing in one, a demotion copying into one),
+  // each by one writer at a time: a second writer of the same slot -- the cache may plan a
+  // chunk's demotion before the read that brings it has run, and the copy then carries no
+  // content (its GPU copy is not there yet) -- writes to staging instead (timing kept, content
+  // not), and a slot whose chunk leaves the CPU tier is freed only once its writer is done
+  // (`deferred_cpu_frees`). So a read's content check sees what the read brought, never bytes
+  // another op put there meanwhile (found by issue 12's checks under load: a demotion copy
+  // zeroing a slot between a read's DMA and its check).
+  std::unordered_set<std::uint32_t> cpu_slot_busy;
+  std::vector<std::uint32_t> deferred_cpu_frees;
+
+  // The CPU slot of `chunk` for a writer, marked busy; nullopt when it has none or it is busy.
+  // REQUIRES: res_mu held.
+  std::optional<std::uint32_t> AcquireCpuSlot(ChunkId chunk) {
+    auto slot = cpu_slots.find(chunk);
+    if (slot == cpu_slots.end() || !cpu_slot_busy.insert(slot->second).second) return std::nullopt;
+    return slot->second;
+  }
+  void ReleaseCpuSlot(std::uint32_t slot) {
+    std::lock_guard<std::mutex> l(res_mu);
+    cpu_slot_busy.erase(slot);
+    auto d = std::find(deferred_cpu_frees.begin(), deferred_cpu_frees.end(), slot);
+    if (d == deferred_cpu_frees.end()) return;
+    deferred_cpu_frees.erase(d);
+    cpu_arena->slots().Free(slot);
+  }
 
   std::mutex stats_mu;
   HwExecutorStats st;
@@ -365,6 +392,9 @@ struct HwExecutor::Impl {
       std::byte* dst;
       bool have_loc;
       Bytes bytes;  // of the op's bytes: counted as moved once this piece is read intact
+      Ring* ring = nullptr;  // a staging destination: overwritten if the ring wrapped past it
+      std::uint64_t stamp = 0;
+      std::int64_t cpu_slot = -1;  // a CPU-cache slot destination, held until the check
     };
     std::vector<Piece> pieces;
     if (op->t.chunks.empty()) {
@@ -393,9 +423,11 @@ struct HwExecutor::Impl {
           p.loc = *loc;
           p.have_loc = true;
           Loc dst;
-          auto slot = cpu_slots.find(c.chunk);
-          if (slot != cpu_slots.end() && p.loc.extent_bytes() <= slot_bytes) {
-            dst.p = cpu_arena->slot(slot->second);
+          std::optional<std::uint32_t> slot;
+          if (p.loc.extent_bytes() <= slot_bytes) slot = AcquireCpuSlot(c.chunk);
+          if (slot) {
+            dst.p = cpu_arena->slot(*slot);
+            p.cpu_slot = *slot;  // released once the read is checked
           } else {
             auto [ptr, stamp] = staging.Allocate(p.loc.extent_bytes());
             dst.p = ptr;
@@ -404,6 +436,8 @@ struct HwExecutor::Impl {
           }
           dst.length = p.loc.length;
           p.dst = dst.p;
+          p.ring = dst.ring;
+          p.stamp = dst.stamp;
           host_loc[c.chunk] = dst;
           gathered_loc.erase(c.chunk);
         }
@@ -434,15 +468,21 @@ struct HwExecutor::Impl {
       const Bytes length = p.loc.length;
       const std::byte* dst = p.dst;
       const Bytes piece_bytes = p.bytes;
-      r.on_complete = [this, op, check, length, dst, full, piece_bytes](const ReadResult& res) {
+      r.on_complete = [this, op, check, length, dst, full, piece_bytes, ring = p.ring,
+                       stamp = p.stamp, cpu_slot = p.cpu_slot](const ReadResult& res) {
         Status s = res.status;
-        if (s.ok() && check) s = CheckChunkContent(res.chunk_id, length, dst, full);
+        // A staging piece the ring wrapped past while the read was queued holds some later
+        // chunk's bytes: nothing to check (timing kept, content not; hw.staging_reused).
+        const bool reused = ring != nullptr && ring->Overwritten(stamp);
+        if (s.ok() && check && !reused) s = CheckChunkContent(res.chunk_id, length, dst, full);
         if (s.ok()) op->moved += piece_bytes;
+        if (cpu_slot >= 0) ReleaseCpuSlot(std::uint32_t(cpu_slot));
         {
           std::lock_guard<std::mutex> l(stats_mu);
           st.bytes_read += res.bytes;
           if (check) ++st.chunks_read;
-          if (check && full && s.ok()) ++st.chunks_verified;
+          if (check && full && s.ok() && !reused) ++st.chunks_verified;
+          if (reused) ++st.staging_reused;
         }
         PieceDone(op, std::move(s));
       };
@@ -603,6 +643,7 @@ struct HwExecutor::Impl {
 #endif
     Bytes moved = 0;
     std::uint32_t copies = 0;
+    std::vector<std::uint32_t> held_slots;  // CPU slots this demotion writes
     if (!op->t.chunks.empty()) {
       for (const ChunkIo& c : op->t.chunks) {
         if (c.bytes == 0) continue;
@@ -633,12 +674,15 @@ struct HwExecutor::Impl {
           NoteIfOverwritten(src);
         } else {
           // Demotion: the chunk's device slot (or a working piece) into its CPU slot or staging.
+          // (A slot another op is writing -- the read bringing this chunk -- is left alone.)
           std::byte* src = DeviceDst(c.chunk, c.bytes);
           std::byte* dst = nullptr;
           {
             std::lock_guard<std::mutex> l(res_mu);
-            auto s = cpu_slots.find(c.chunk);
-            if (s != cpu_slots.end()) dst = cpu_arena->slot(s->second);
+            if (std::optional<std::uint32_t> slot = AcquireCpuSlot(c.chunk)) {
+              dst = cpu_arena->slot(*slot);
+              held_slots.push_back(*slot);  // released once the copy is complete
+            }
           }
           if (dst == nullptr) dst = staging.Allocate(c.bytes).first;
           const Bytes n = std::min(c.bytes, slot_bytes);
@@ -681,6 +725,7 @@ struct HwExecutor::Impl {
       }
       cudaEventDestroy(ev_start);
       cudaEventDestroy(ev_end);
+      for (std::uint32_t slot : held_slots) ReleaseCpuSlot(slot);
       {
         std::lock_guard<std::mutex> l(stats_mu);
         (h2d ? st.bytes_h2d : st.bytes_d2h) += moved;
@@ -689,6 +734,7 @@ struct HwExecutor::Impl {
       return;
     }
 #endif
+    for (std::uint32_t slot : held_slots) ReleaseCpuSlot(slot);  // memcpy: done
     if (opt.pace_pcie) {
       // The link cannot be faster than configured: bytes / bw + latency per copy, counted from
       // the op's start on this (serial) lane. Pacing only ever slows a copy down.
@@ -1118,7 +1164,11 @@ void HwExecutor::OnEvicted(Tier tier, ChunkId chunk) {
   auto& slots = tier == Tier::kCpu ? m.cpu_slots : m.gpu_slots;
   auto it = slots.find(chunk);
   if (it == slots.end()) return;
-  (tier == Tier::kCpu ? m.cpu_arena->slots() : m.gpu_arena->slots()).Free(it->second);
+  if (tier == Tier::kCpu && m.cpu_slot_busy.count(it->second) > 0) {
+    m.deferred_cpu_frees.push_back(it->second);  // freed once its writer is done
+  } else {
+    (tier == Tier::kCpu ? m.cpu_arena->slots() : m.gpu_arena->slots()).Free(it->second);
+  }
   slots.erase(it);
   if (tier == Tier::kCpu) {
     auto h = m.host_loc.find(chunk);

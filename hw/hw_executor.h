@@ -40,7 +40,11 @@
 // Residency: OnResident/OnEvicted keep a slot per chunk in the CPU-cache arena and the device
 // arena. The arenas are sized from cache.cpu_capacity / cache.gpu_capacity, capped together
 // with the rings by `max_memory`; a chunk the cache places beyond an arena's slots is counted
-// as an overflow (metric) and its bytes come from a staging slot instead.
+// as an overflow (metric) and its bytes come from a staging slot instead. A CPU slot has one
+// writer at a time (the SSD read bringing its chunk, or a demotion copy): a second one writes
+// to staging instead, and a slot whose chunk leaves the CPU tier is freed once its writer is
+// done, so a read's content check sees what the read brought. A staging piece the ring wrapped
+// past while its read was queued is not checked (counted in staging_reused).
 //
 // Thread safety: the Executor methods are called from the one thread driving the Pipeline;
 // internally the executor is multi-threaded.

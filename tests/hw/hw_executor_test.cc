@@ -107,6 +107,7 @@ TEST(HwExecutor, DecisionsMatchFakeExecutor) {
     const SystemOptions sys = System(name, 1024, 4096);
     ScratchDir dir;
     HwRun hw = RunOnHw(sys, dir.path());
+    for (const Status& s : hw.statuses) ASSERT_TRUE(s.ok()) << s.ToString();
     MemoryRunLog fake_log;
     FakeExecutor fake({});
     ScriptedScores scores(Agreeing);
