@@ -195,6 +195,7 @@ class SqliteRunLog : public RunLog {
     s.BindStatic(base + 6, TransferKindName(r.kind)).BindStatic(base + 7, PurposeName(r.purpose));
     s.Bind(base + 8, (long long)r.bytes).Bind(base + 9, (long long)r.ios);
     s.Bind(base + 10, r.submit_s).Bind(base + 11, r.start_s).Bind(base + 12, r.end_s);
+    s.BindStatic(base + 13, TransferOutcomeName(r.outcome));
   }
   // Inserts `rows` kRowsPerInsert at a time through `many`, the rest one by one through `one`
   // (a multi-row INSERT runs the statement machinery once per group: SQLite was 17% of
@@ -221,7 +222,7 @@ class SqliteRunLog : public RunLog {
     for (int r = 0; r < rows; ++r) sql += (r == 0 ? "" : ",") + group;
     return sql;
   }
-  static constexpr int kLayerColumns = 13, kTransferColumns = 12;
+  static constexpr int kLayerColumns = 13, kTransferColumns = 13;
   static constexpr int kRowsPerInsert = 32;
 
   void InsertDecision(const DecisionRecord& r) {
@@ -264,6 +265,18 @@ ResultsDb::ResultsDb(const std::string& path) : path_(path) {
   Exec("PRAGMA journal_mode = WAL");
   Exec("PRAGMA synchronous = NORMAL");
   Exec(kResultsSchemaSql);
+  // Columns added since the first schema; a file created before them gets them here (ALTER
+  // TABLE appends, matching their place at the end of the CREATE TABLE in schema.sql).
+  AddColumnIfMissing("runs", "error", "TEXT");
+  AddColumnIfMissing("transfers", "status", "TEXT NOT NULL DEFAULT 'ok'");
+}
+
+void ResultsDb::AddColumnIfMissing(const std::string& table, const std::string& column,
+                                   const std::string& declaration) {
+  Stmt s(db_, ("SELECT 1 FROM pragma_table_info('" + table + "') WHERE name = ?").c_str(), path_);
+  s.Bind(1, column);
+  if (s.Step(path_)) return;
+  Exec("ALTER TABLE " + table + " ADD COLUMN " + column + " " + declaration);
 }
 
 ResultsDb::~ResultsDb() { sqlite3_close(db_); }
@@ -289,9 +302,17 @@ long long ResultsDb::BeginRun(const RunInfo& info) {
   return sqlite3_last_insert_rowid(db_);
 }
 
-void ResultsDb::EndRun(long long run_id, double wall_s, bool complete, const std::string& status) {
-  Stmt s(db_, "UPDATE runs SET wall_s = ?, complete = ?, status = ? WHERE run_id = ?", path_);
-  s.Bind(1, wall_s).Bind(2, (long long)complete).Bind(3, status).Bind(4, run_id);
+void ResultsDb::EndRun(long long run_id, double wall_s) {
+  Stmt s(db_, "UPDATE runs SET wall_s = ?, complete = 1, status = 'ok' WHERE run_id = ?", path_);
+  s.Bind(1, wall_s).Bind(2, run_id);
+  s.Step(path_);
+}
+
+void ResultsDb::FailRun(long long run_id, double wall_s, const std::string& error) {
+  Stmt s(db_,
+         "UPDATE runs SET wall_s = ?, complete = 0, status = 'failed', error = ? WHERE run_id = ?",
+         path_);
+  s.Bind(1, wall_s).Bind(2, error).Bind(3, run_id);
   s.Step(path_);
 }
 

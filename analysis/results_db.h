@@ -43,8 +43,12 @@ class ResultsDb {
 
   // Inserts a run row (complete = 0) and returns its id.
   long long BeginRun(const RunInfo& info);
-  // Marks the run finished: wall time, complete flag and status ("ok" or the error).
-  void EndRun(long long run_id, double wall_s, bool complete, const std::string& status);
+  // Marks the run finished, every request logged: wall time, complete = 1, status 'ok'.
+  void EndRun(long long run_id, double wall_s);
+  // Marks the run stopped by a run-time failure (an I/O or CUDA error; core/pipeline.h):
+  // complete = 0, status 'failed', error = `error`. A killed run keeps complete = 0 and status
+  // 'running', so the two are told apart.
+  void FailRun(long long run_id, double wall_s, const std::string& error);
   // True if a complete run of this configuration and mode exists (sweep resume).
   bool HasCompleteRun(const std::string& config_sha256, const std::string& mode);
   // Deletes incomplete runs of this configuration (left by an interrupted sweep).
@@ -60,6 +64,9 @@ class ResultsDb {
   const std::string& path() const { return path_; }
 
  private:
+  void AddColumnIfMissing(const std::string& table, const std::string& column,
+                          const std::string& declaration);
+
   std::string path_;
   sqlite3* db_ = nullptr;
 };

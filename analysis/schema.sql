@@ -17,7 +17,8 @@ CREATE TABLE IF NOT EXISTS runs (
   started_at    TEXT NOT NULL,   -- UTC, ISO 8601
   wall_s        REAL,            -- wall-clock duration of the run
   complete      INTEGER NOT NULL DEFAULT 0,  -- 1 once every request was logged
-  status        TEXT NOT NULL DEFAULT 'running'
+  status        TEXT NOT NULL DEFAULT 'running',  -- running | ok | failed
+  error         TEXT             -- status 'failed': the failure that stopped the run
 );
 
 CREATE TABLE IF NOT EXISTS requests (
@@ -76,7 +77,8 @@ CREATE TABLE IF NOT EXISTS transfers (
   ios        INTEGER NOT NULL,
   submit_s   REAL NOT NULL,
   start_s    REAL NOT NULL,
-  end_s      REAL NOT NULL
+  end_s      REAL NOT NULL,
+  status     TEXT NOT NULL DEFAULT 'ok'  -- ok | failed | aborted (bytes: what moved)
 );
 
 CREATE TABLE IF NOT EXISTS decisions (

@@ -247,7 +247,7 @@ int RunEval(const Args& args) {
     all.insert(all.end(), s.rows.begin(), s.rows.end());
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  db.EndRun(run_id, wall, true, "ok");
+  db.EndRun(run_id, wall);
   PrintTable(all);
   std::printf("\n%lld tokens forwarded in %.0f s (%.0f tokens/s); results: %s (run %lld; tables "
               "accuracy, view accuracy_latency)\n",

@@ -45,7 +45,7 @@ bool ParseSystemsArgs(const std::vector<std::string>& args, const char* command,
     if (vm.count("help")) {
       std::ostringstream s;
       s << desc;
-      std::printf("usage: %s\n%s", usage, s.str().c_str());
+      std::printf("usage: %s\n%s\n%s", usage, s.str().c_str(), kExitStatusHelp);
       return false;
     }
     po::notify(vm);

@@ -87,6 +87,9 @@ int RunChild(const ChildFn& child, const Config& config, const std::string& labe
   } catch (const InputError& e) {
     std::fprintf(stderr, "kvtier %s (%s): error: %s\n", command, label.c_str(), e.what());
     return kExitBadInput;
+  } catch (const RunFailed& e) {
+    std::fprintf(stderr, "kvtier %s (%s): run failed: %s\n", command, label.c_str(), e.what());
+    return kExitRunFailed;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvtier %s (%s): internal error: %s\n", command, label.c_str(),
                  e.what());
@@ -230,11 +233,11 @@ int RunSim(const Args& args) {
     po::store(parsed, vm);
     if (vm.count("help")) {
       std::printf("usage: kvtier sim --config X.ini --out R.sqlite [--systems a,b] [--jobs N] "
-                  "[--section.key=value ...]\n%s", [&] {
+                  "[--section.key=value ...]\n%s\n%s", [&] {
                     std::ostringstream s;
                     s << desc;
                     return s.str();
-                  }().c_str());
+                  }().c_str(), kExitStatusHelp);
       return 0;
     }
     po::notify(vm);

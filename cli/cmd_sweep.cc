@@ -47,7 +47,8 @@ int RunSweep(const Args& args) {
       std::ostringstream s;
       s << desc;
       std::printf("usage: kvtier sweep --config X.ini --set key=v1,v2 [--set ...] --out R.sqlite "
-                  "[-j N]\n%s", s.str().c_str());
+                  "[-j N]\n%s\n%s(A failed point stays incomplete and is run again by the next "
+                  "sweep.)\n", s.str().c_str(), kExitStatusHelp);
       return 0;
     }
     po::notify(vm);

@@ -8,7 +8,8 @@
 //
 // The simulator uses the configuration's hardware profile: calibrate it first (`kvtier
 // calibrate --out configs/hardware/NAME.ini`, then --include.hardware=NAME). Both modes write
-// into the same database; the hw runs go first, one system at a time.
+// into the same database; the hw runs go first, one system at a time. If a hw run fails (an
+// I/O or CUDA error) nothing is simulated or compared and validate exits 3.
 
 #include <sqlite3.h>
 
@@ -55,6 +56,13 @@ int RunValidate(const Args& args) {
   std::fprintf(stderr, "hw:\n");
   const std::vector<long long> hw_ids =
       RunInChildren(a.runs, 1, a.progress_s, "hw", HwChild(a.out), &worst_hw, nullptr);
+  if (worst_hw != 0) {
+    // A failed hardware run measured nothing trustworthy: there is nothing to validate against.
+    std::fprintf(stderr, "kvtier validate: %zu of %zu hw run(s) did not complete; nothing is "
+                 "compared (failed runs are in %s with runs.status = 'failed')\n",
+                 a.runs.size() - hw_ids.size(), a.runs.size(), a.out.c_str());
+    return worst_hw;
+  }
   std::fprintf(stderr, "sim:\n");
   const std::vector<long long> sim_ids =
       RunInChildren(a.runs, 1, a.progress_s, "sim", SimChild(a.out), &worst_sim, nullptr);

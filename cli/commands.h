@@ -1,8 +1,10 @@
 #pragma once
 // The subcommands of `kvtier`. Each lives in cli/cmd_<name>.cc and is listed once in the
 // table in cli/main.cc (no self-registration). A command receives the arguments after its
-// name, prints to stdout/stderr, and returns the process exit code: 0 success, 1 a runtime
-// failure, 2 bad input (InputError). Commands may throw InputError; main turns it into exit 2.
+// name, prints to stdout/stderr, and returns the process exit code: 0 success, 2 bad input
+// (InputError, before any run), 3 a run failed at run time (RunFailed: recorded in the results
+// database with runs.status = 'failed'), 1 an internal error. Commands may throw InputError
+// and RunFailed; main turns them into exit 2 and 3.
 
 #include <string>
 #include <vector>
@@ -10,6 +12,13 @@
 namespace kvtier::cli {
 
 using Args = std::vector<std::string>;
+
+// The exit codes, as `--help` of every command that runs systems prints them.
+inline constexpr const char* kExitStatusHelp =
+    "exit status: 0 every run completed; 2 bad input (config, trace, flags, an unusable output "
+    "or store), found before any run starts; 3 a run failed at run time (an I/O or CUDA error: "
+    "recorded in the results database as runs.status = 'failed' with runs.error, "
+    "complete = 0); 1 an internal error.\n";
 
 struct Command {
   const char* name;     // "sim", "trace", ...

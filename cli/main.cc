@@ -32,6 +32,7 @@ void PrintUsage(std::FILE* out) {
   std::fprintf(out, "usage: kvtier <command> [options]   (kvtier <command> --help for details)\n\n");
   std::fprintf(out, "commands:\n");
   for (const Command& c : AllCommands()) std::fprintf(out, "  %-16s %s\n", c.name, c.summary);
+  std::fprintf(out, "\n%s", kExitStatusHelp);
 }
 
 }  // namespace
@@ -56,6 +57,9 @@ int main(int argc, char** argv) {
     } catch (const kvtier::InputError& e) {
       std::fprintf(stderr, "kvtier %s: error: %s\n", c.name, e.what());
       return kvtier::kExitBadInput;
+    } catch (const kvtier::RunFailed& e) {
+      std::fprintf(stderr, "kvtier %s: run failed: %s\n", c.name, e.what());
+      return kvtier::kExitRunFailed;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "kvtier %s: internal error: %s\n", c.name, e.what());
       return 1;

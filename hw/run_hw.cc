@@ -96,7 +96,7 @@ HwRunResult RunHardware(const Config& config, const std::string& trace_path,
   std::unique_ptr<HwExecutor> executor;
   if (Status s = HwExecutor::Create(opts.model, opts.hardware, xo, &executor); !s.ok()) {
     if (s.code() == Status::Code::kUnavailable || s.code() == Status::Code::kInvalidArgument) {
-      throw ConfigError("kvtier hw: " + s.ToString());
+      throw ConfigError("kvtier hw: " + s.message());
     }
     throw std::runtime_error("kvtier hw: cannot start the hardware executor: " + s.ToString());
   }
@@ -124,7 +124,8 @@ HwRunResult RunHardware(const Config& config, const std::string& trace_path,
     total = opts.run.max_requests;
   }
   const long long max = opts.run.max_requests;
-  std::string error;
+  // The first run-time failure (prewarm writes, a request, background work): it stops the run.
+  Status failure;
   if (opts.run.prewarm) {
     TraceReader warm(trace_path);
     TraceRecord rec;
@@ -135,22 +136,19 @@ HwRunResult RunHardware(const Config& config, const std::string& trace_path,
     for (std::uint32_t id = 1;; ++id) {
       const Segment* seg = tree.FindSegment(id);
       if (seg == nullptr) break;
-      for (int l = 0; l < opts.model.layers && error.empty(); ++l) {
-        for (std::uint32_t c = 0; c < seg->num_chunks; ++c) {
+      for (int l = 0; l < opts.model.layers && failure.ok(); ++l) {
+        for (std::uint32_t c = 0; c < seg->num_chunks && failure.ok(); ++c) {
           for (KvKind kind : {KvKind::kKey, KvKind::kValue, KvKind::kProbeKey}) {
             if (kind == KvKind::kProbeKey && !opts.system.itf) continue;
             const Bytes b = StoredChunkBytes(opts.model, opts.system, *seg, c, kind);
-            Status s = executor->Prepopulate(ChunkId::Make(id, kind, std::uint32_t(l), c), b, true);
-            if (!s.ok() && error.empty()) error = s.ToString();
+            failure = executor->Prepopulate(ChunkId::Make(id, kind, std::uint32_t(l), c), b, true)
+                          .Annotate("prewarm: storing segment " + std::to_string(id));
+            if (!failure.ok()) break;
           }
         }
       }
+      if (!failure.ok()) break;
     }
-  }
-  if (!error.empty()) {
-    db_log.reset();
-    db.EndRun(run_id, 0, false, error);
-    throw std::runtime_error("kvtier hw: prewarm failed: " + error);
   }
   executor->ResetClock();  // times are since the run started; setup and prewarm excluded
 
@@ -159,18 +157,19 @@ HwRunResult RunHardware(const Config& config, const std::string& trace_path,
   TraceReader reader(trace_path);
   TraceRecord rec;
   long long done = 0;
-  while ((max == 0 || done < max) && reader.Next(&rec)) {
+  while (failure.ok() && (max == 0 || done < max) && reader.Next(&rec)) {
     if (rec.request.arrival_s > executor->Now()) executor->IdleUntil(rec.request.arrival_s);
     const RequestId id = rec.request.id;
     Request request = rec.request;
     scores.Add(std::move(rec));
-    Status st = pipeline.Run(request, done < opts.run.warmup_requests);
+    failure = pipeline.Run(request, done < opts.run.warmup_requests);
     scores.Release(id);
-    if (!st.ok() && error.empty()) error = st.ToString();
     ++done;
     if (progress) progress(done, total, executor->Now());
   }
-  pipeline.Finish();
+  // Background work is finished (and checked) after a failure too, so every transfer is
+  // logged as it ended and nothing is left running.
+  if (Status st = pipeline.Finish(); failure.ok()) failure = st;
   executor->Drain();
   result.requests = done;
   result.measured_s = executor->Now();
@@ -210,10 +209,18 @@ HwRunResult RunHardware(const Config& config, const std::string& trace_path,
   log.LogMetric("hw.compute_busy_s", xs.compute_busy_s);
   log.Close();  // writes the last batch; throws (run stays incomplete) if it cannot
   db_log.reset();
-  db.EndRun(run_id, result.wall_s, true, error.empty() ? "ok" : error);
+  if (failure.ok()) {
+    db.EndRun(run_id, result.wall_s);
+  } else {
+    db.FailRun(run_id, result.wall_s, failure.ToString());
+  }
   const std::string store_dir = xo.store_dir;
   executor.reset();
   if (remove_store) std::filesystem::remove_all(store_dir, ec);
+  if (!failure.ok()) {
+    throw RunFailed("system " + opts.system.name + ", run " + std::to_string(run_id) + ": " +
+                    failure.ToString());
+  }
   return result;
 }
 

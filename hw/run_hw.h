@@ -37,8 +37,12 @@ HwExecutorOptions BuildHwExecutorOptions(const Config& config, const ExperimentO
 
 // Runs `config` (fully resolved, one system) on this machine and writes it to `out_path`.
 // Throws InputError (bad config, trace, or output path) before anything is written,
-// ConfigError for unsupported settings, std::runtime_error when the executor cannot start
-// (e.g. O_DIRECT refused without hw.allow_buffered).
+// ConfigError for unsupported settings (e.g. an hw.store_capacity too small for one chunk),
+// std::runtime_error when the executor cannot start (e.g. O_DIRECT refused without
+// hw.allow_buffered). A failure at run time (prewarm writes, a request's transfer or compute,
+// background stores and repacks; core/pipeline.h) stops the run: its rows so far are written,
+// the run is recorded with complete = 0, status 'failed' and the error, and RunFailed is
+// thrown.
 HwRunResult RunHardware(const Config& config, const std::string& trace_path,
                         const std::string& out_path, const HwProgressFn& progress);
 

@@ -24,7 +24,7 @@ ServeResult ServeRequests(SimExecutor& executor, Pipeline& pipeline, int workers
     }
     // The last worker out waits for the background work; every worker then waits until nothing
     // it started is still running.
-    if (--active == 0) pipeline.Finish();
+    if (--active == 0) result.finish = pipeline.Finish();
     executor.Drain();
     result.simulated_s = std::max(result.simulated_s, executor.Now());
   });

@@ -27,12 +27,14 @@ struct ServeItem {
 struct ServeResult {
   long long requests = 0;  // requests served
   double simulated_s = 0;  // simulated time when the last worker finished
+  Status finish;           // Pipeline::Finish's status (a background failure)
 };
 
 // Serves requests on `executor` (REQUIRES: Run not called yet) through `pipeline` (built with
 // max_in_flight >= workers). next(&item) fills the next request in arrival order and returns
 // false when there is none; it is called in trace order by the worker taking the request, possibly
 // before the request arrives. done(item, status) is called when Pipeline::Run returned for it.
+// To stop after a failure, next returns false from then on; the requests in flight finish.
 // Exceptions from the callbacks end the simulation's driving actors' work and are rethrown.
 ServeResult ServeRequests(SimExecutor& executor, Pipeline& pipeline, int workers,
                           const std::function<bool(ServeItem*)>& next,

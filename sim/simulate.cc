@@ -79,7 +79,9 @@ SimulationResult RunSimulation(const Config& config, const std::string& trace_pa
   }
   SimulationResult result;
   result.run_id = run_id;
-  std::string error;
+  // The first run-time failure stops the run (none is expected: the simulator's operations
+  // never fail, but the pipeline's own checks are honoured the same way as in hw).
+  Status failure;
   const long long max = opts.run.max_requests;
   if (opts.run.prewarm) {  // no simulated time passes: before the actors start
     TraceReader warm(trace_path);
@@ -96,7 +98,7 @@ SimulationResult RunSimulation(const Config& config, const std::string& trace_pa
       executor, pipeline, opts.hardware.gpu_concurrent_prefills,
       [&](ServeItem* item) {
         TraceRecord rec;
-        if ((max != 0 && taken >= max) || !reader.Next(&rec)) return false;
+        if (!failure.ok() || (max != 0 && taken >= max) || !reader.Next(&rec)) return false;
         item->request = rec.request;
         item->warmup = taken < opts.run.warmup_requests;
         ++taken;
@@ -105,10 +107,11 @@ SimulationResult RunSimulation(const Config& config, const std::string& trace_pa
       },
       [&](const ServeItem& item, const Status& st) {
         scores.Release(item.request.id);
-        if (!st.ok() && error.empty()) error = st.ToString();
+        if (!st.ok() && failure.ok()) failure = st;
         ++done;
         if (progress) progress(done, total, executor.Now());
       });
+  if (failure.ok()) failure = served.finish;
   result.requests = served.requests;
   result.simulated_s = served.simulated_s;
   result.activities = executor.activities_started();
@@ -125,7 +128,12 @@ SimulationResult RunSimulation(const Config& config, const std::string& trace_pa
   log.LogMetric("activities", double(result.activities));
   log.Close();  // writes the last batch; throws (run stays incomplete) if it cannot
   db_log.reset();
-  db.EndRun(run_id, result.wall_s, true, error.empty() ? "ok" : error);
+  if (!failure.ok()) {
+    db.FailRun(run_id, result.wall_s, failure.ToString());
+    throw RunFailed("system " + opts.system.name + ", run " + std::to_string(run_id) + ": " +
+                    failure.ToString());
+  }
+  db.EndRun(run_id, result.wall_s);
   return result;
 }
 

@@ -32,7 +32,9 @@ using ProgressFn = std::function<void(long long, long long, double)>;
 
 // Runs the configuration `config` (fully resolved, one system) and writes it to `out_path`.
 // `trace_path` is the resolved trace file. Throws InputError (bad config, trace, or output
-// path) before anything is written, ConfigError for unsupported settings.
+// path) before anything is written, ConfigError for unsupported settings. A run-time failure
+// (a Status from the pipeline) stops the run, records it failed (runs.status 'failed',
+// runs.error) and throws RunFailed.
 // REQUIRES: called at most once per process.
 SimulationResult RunSimulation(const Config& config, const std::string& trace_path,
                                const std::string& out_path, const ProgressFn& progress);

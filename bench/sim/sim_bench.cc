@@ -365,7 +365,7 @@ Result RunSystem(const BenchOptions& bo, const std::string& system, MemoRun memo
       if (!st.ok()) throw std::runtime_error(st.ToString());
       ++done;
     }
-    pipeline.Finish();
+    if (Status st = pipeline.Finish(); !st.ok()) throw std::runtime_error(st.ToString());
     {
       ScopedTimer t(&timed_exec.seconds);
       executor.Drain();
@@ -383,7 +383,7 @@ Result RunSystem(const BenchOptions& bo, const std::string& system, MemoRun memo
   res.cpu_s = cpu_all * res.wall_s / (res.wall_s + scores.select_seconds);
   if (db) {
     db_log.reset();
-    db->EndRun(run_id, res.wall_s, true, "ok");
+    db->EndRun(run_id, res.wall_s);
   }
   res.ok = true;
   res.activities = executor.activities_started();

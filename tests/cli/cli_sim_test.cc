@@ -224,7 +224,8 @@ TEST_F(SimCliTest, KilledRunLeavesAConsistentIncompleteFile) {
   ASSERT_TRUE(started) << "the simulation never committed a request";
   EXPECT_EQ(Query(db, "PRAGMA integrity_check"), "ok");
   EXPECT_EQ(Query(db, "SELECT complete FROM runs"), "0");
-  EXPECT_EQ(Query(db, "SELECT status FROM runs"), "running");
+  EXPECT_EQ(Query(db, "SELECT status FROM runs"), "running");  // not 'failed': it was killed
+  EXPECT_EQ(Query(db, "SELECT error IS NULL FROM runs"), "1");
   EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM run_summary"), "0") << "incomplete runs are excluded";
 }
 

@@ -6,6 +6,8 @@
 
 #include <cstdio>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "tests/hw/hw_test_util.h"
 
@@ -61,6 +63,152 @@ TEST(KvtierHw, RunsSystemsIntoTheResultsDatabase) {
                        "WHERE r.system = 'as' AND t.kind = 'ssd_read'"), 0);
   EXPECT_GE(Scalar(db, "SELECT MIN(io_stall_s) FROM requests"), 0);
   sqlite3_close(db);
+}
+
+// A tiny smollm2-shaped trace and an experiment running `as` on the host backend.
+std::string MakeExperiment(const std::string& d, const std::string& extra) {
+  std::string out;
+  EXPECT_EQ(RunCmd(Kvtier() + " trace gen --quiet --out " + d + "/t.trace --requests 6 "
+                   "--prompts 2 --tasks 1 --examples_min 1 --examples_max 2 --example_tokens 200 "
+                   "--example_tokens_sd 20 --rate 50 --model-name smollm2-135m --model-layers 30 "
+                   "--model-heads 9 --model-kv-heads 3 --vocab 49152 --calibration_tokens 256",
+                   &out),
+            0)
+      << out;
+  std::ofstream(d + "/exp.ini")
+      << "[include]\nmodel = smollm2-135m\nhardware = a100-pcie4-nvme\nsystem = as\n"
+         "[experiment]\nname = hw-fail\n[workload]\ntrace = t.trace\n"
+         "[cache]\ngpu_capacity = 1MiB\ncpu_capacity = 1MiB\n"
+         "[hw]\nbackend = host\nmax_memory = 256MiB\n"
+      << extra;
+  return d + "/exp.ini";
+}
+
+std::string Text(sqlite3* db, const std::string& sql) {
+  sqlite3_stmt* st = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr), SQLITE_OK) << sql;
+  std::string v = "<no row>";
+  if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0) != nullptr) {
+    v = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+  }
+  sqlite3_finalize(st);
+  return v;
+}
+
+// The failed run as the database shows it: incomplete, status 'failed', the error, the failed
+// transfer logged as failed, and no row in the views.
+void ExpectFailedRun(const std::string& path, const std::vector<std::string>& error_parts) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  EXPECT_EQ(Scalar(db, "SELECT COUNT(*) FROM runs"), 1);
+  EXPECT_EQ(Scalar(db, "SELECT complete FROM runs"), 0);
+  EXPECT_EQ(Text(db, "SELECT status FROM runs"), "failed");
+  const std::string error = Text(db, "SELECT error FROM runs");
+  for (const std::string& part : error_parts) {
+    EXPECT_NE(error.find(part), std::string::npos) << error;
+  }
+  EXPECT_GE(Scalar(db, "SELECT COUNT(*) FROM transfers WHERE status = 'failed'"), 1);
+  EXPECT_EQ(Scalar(db, "SELECT COUNT(*) FROM transfers WHERE status = 'aborted' AND bytes > 0"), 0);
+  EXPECT_EQ(Scalar(db, "SELECT COUNT(*) FROM run_summary"), 0);
+  EXPECT_EQ(Scalar(db, "SELECT COUNT(*) FROM measured_requests"), 0);
+  sqlite3_close(db);
+}
+
+// Issue 12, reproduction 1: a store far too small. 4 KiB cannot hold one 24 KiB chunk of
+// smollm2-135m: bad input, said before the run (exit 2, no run row).
+TEST(KvtierHwFailure, AStoreTooSmallForOneChunkIsBadInput) {
+  testing::ScratchDir dir;
+  const std::string exp = MakeExperiment(dir.path(), "");
+  std::string out;
+  EXPECT_EQ(RunCmd(Kvtier() + " hw --config " + exp + " --out " + dir.path() +
+                       "/r.sqlite --hw.store_capacity=4KiB",
+                   &out),
+            2)
+      << out;
+  for (const char* part : {"hw.store_capacity = 4096 B", "cannot hold one chunk", "24576 B"}) {
+    EXPECT_NE(out.find(part), std::string::npos) << out;
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir.path() + "/r.sqlite").c_str(), &db), SQLITE_OK);
+  EXPECT_EQ(Scalar(db, "SELECT COUNT(*) FROM runs"), 0);
+  sqlite3_close(db);
+}
+
+// A store that holds a few chunks but not the run: the write that does not fit fails (naming
+// the chunk and the capacity), the run stops, is recorded as failed, and kvtier exits 3.
+TEST(KvtierHwFailure, AStoreThatFillsUpFailsTheRun) {
+  testing::ScratchDir dir;
+  const std::string exp = MakeExperiment(dir.path(), "");
+  std::string out;
+  EXPECT_EQ(RunCmd(Kvtier() + " hw --config " + exp + " --out " + dir.path() +
+                       "/r.sqlite --hw.store_capacity=512KiB",
+                   &out),
+            3)
+      << out;
+  for (const char* part : {"run failed", "OutOfSpace", "capacity 524288", "ssd_write (store"}) {
+    EXPECT_NE(out.find(part), std::string::npos) << out;
+  }
+  ExpectFailedRun(dir.path() + "/r.sqlite", {"OutOfSpace", "ssd_write (store, request 0)",
+                                             "capacity 524288", "chunk 0x"});
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir.path() + "/r.sqlite").c_str(), &db), SQLITE_OK);
+  EXPECT_EQ(Scalar(db, "SELECT COUNT(*) FROM transfers WHERE status = 'failed' AND "
+                       "kind = 'ssd_write'"), 1);
+  sqlite3_close(db);
+}
+
+// Issue 12, reproduction 2: the chunk store's data file is corrupted between two runs on a
+// persistent hw.store_dir (the second run's prewarm finds every chunk stored and reads them);
+// with hw.verify the content mismatch fails the run.
+TEST(KvtierHwFailure, VerifyFailsARunOnACorruptedStore) {
+  testing::ScratchDir dir;
+  const std::string store = dir.path() + "/store";
+  const std::string exp = MakeExperiment(
+      dir.path(), "store_dir = " + store + "\nstore_capacity = 64MiB\nverify = true\n"
+                  "[run]\nprewarm = true\n");
+  std::string out;
+  ASSERT_EQ(RunCmd(Kvtier() + " hw --config " + exp + " --out " + dir.path() + "/first.sqlite",
+                   &out),
+            0)
+      << out;
+  {
+    // Corrupt bytes 64-127 of every 4 KiB block: every chunk's content, never its header.
+    const std::string data = store + "/chunks.dat";
+    std::FILE* f = std::fopen(data.c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    std::fseek(f, 0, SEEK_END);
+    const long size = std::ftell(f);
+    const std::string junk(64, '\xA5');
+    for (long off = 0; off + 4096 <= size; off += 4096) {
+      std::fseek(f, off + 64, SEEK_SET);
+      ASSERT_EQ(std::fwrite(junk.data(), 1, junk.size(), f), junk.size());
+    }
+    std::fclose(f);
+  }
+  out.clear();
+  EXPECT_EQ(RunCmd(Kvtier() + " hw --config " + exp + " --out " + dir.path() + "/second.sqlite",
+                   &out),
+            3)
+      << out;
+  for (const char* part : {"run failed", "content check failed at byte 64", "ssd_read ("}) {
+    EXPECT_NE(out.find(part), std::string::npos) << out;
+  }
+  ExpectFailedRun(dir.path() + "/second.sqlite",
+                  {"IoError: ssd_read (", "content check failed at byte 64", "chunk 0x"});
+}
+
+// `kvtier validate` fails when its hw run fails, and compares nothing.
+TEST(KvtierHwFailure, ValidateFailsWhenItsHwRunFails) {
+  testing::ScratchDir dir;
+  const std::string exp = MakeExperiment(dir.path(), "");
+  std::string out;
+  EXPECT_EQ(RunCmd(Kvtier() + " validate --config " + exp + " --out " + dir.path() +
+                       "/r.sqlite --hw.store_capacity=512KiB",
+                   &out),
+            3)
+      << out;
+  EXPECT_NE(out.find("did not complete; nothing is compared"), std::string::npos) << out;
+  ExpectFailedRun(dir.path() + "/r.sqlite", {"OutOfSpace"});  // and no sim run
 }
 
 }  // namespace
