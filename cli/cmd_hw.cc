@@ -46,6 +46,10 @@ bool ParseSystemsArgs(const std::vector<std::string>& args, const char* command,
       std::ostringstream s;
       s << desc;
       std::printf("usage: %s\n%s\n%s", usage, s.str().c_str(), kExitStatusHelp);
+      if (std::string(command) == "validate") {
+        std::printf("(validate exits 3 when one of its hw runs failed, without simulating or "
+                    "comparing anything.)\n");
+      }
       return false;
     }
     po::notify(vm);
