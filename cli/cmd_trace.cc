@@ -141,6 +141,26 @@ void CheckTargets(ImportanceTargets* t, const TargetFlags& f) {
 
 ModelDescriptor DefaultModel() { return {"opt-13b", 40, 40, 40}; }
 
+void AddStructureOptions(Options* o, StructureStatsOptions* s, std::string* chunks) {
+  o->Add<double>(nullptr, "structure-retention", &s->retention, "retention of the structure statistics (0.25)");
+  o->Add<std::int64_t>(nullptr, "min-tokens", &s->min_tokens, "structure statistics: requests with at least this many reusable tokens (64)");
+  o->Add<std::string>(nullptr, "chunk-sizes", chunks, "packing: chunk sizes in tokens (16,32,64,128,256)");
+  o->Add<double>(nullptr, "itf-alpha", &s->itf_alpha, "ITF fallback rate: alpha (0.6)");
+  o->Add<int>(nullptr, "itf-probe-heads", &s->itf_probe_heads, "ITF fallback rate: probe heads (3)");
+}
+
+void CheckStructureOptions(StructureStatsOptions* s, const std::string& chunks) {
+  if (!(s->retention > 0 && s->retention <= 1)) throw InputError("--structure-retention: must be in (0, 1]");
+  if (s->min_tokens < 2) throw InputError("--min-tokens: must be >= 2");
+  if (!(s->itf_alpha >= 0 && s->itf_alpha <= 16)) throw InputError("--itf-alpha: must be in [0, 16]");
+  if (s->itf_probe_heads < 1) throw InputError("--itf-probe-heads: must be >= 1");
+  s->chunk_sizes.clear();
+  for (double c : ParseList("chunk-sizes", chunks)) {
+    if (!(c >= 1 && c <= 1 << 20) || c != std::floor(c)) throw InputError("--chunk-sizes: whole numbers in [1, 2^20]");
+    s->chunk_sizes.push_back(int(c));
+  }
+}
+
 int RunGen(const Args& args) {
   WorkloadParams w;
   ImportanceTargets t;
@@ -263,8 +283,11 @@ int RunStats(const Args& args) {
   o.Add<int>(nullptr, "max-groups", &opt.importance.max_groups, "prefix groups tracked for SPI recall (16)");
   o.Add<std::string>(nullptr, "retentions", &retentions, "retention ratios (0.1,0.25,0.4)");
   o.Add<std::string>(nullptr, "importance-config", &icfg, "INI [importance] for payload-none traces");
+  std::string chunks = "16,32,64,128,256";
+  AddStructureOptions(&o, &opt.importance.structure, &chunks);
   o.positional.add("trace", 1);
   if (!Parse(&o, args, "usage: kvtier trace stats T [--json]", false)) return 0;
+  CheckStructureOptions(&opt.importance.structure, chunks);
   if (trace.empty()) throw InputError("a trace file is required");
   opt.importance.retentions = ParseList("retentions", retentions);
   for (double r : opt.importance.retentions) {

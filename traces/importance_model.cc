@@ -82,6 +82,11 @@ void ProceduralParams::Validate(const std::string& where) const {
   if (sink_tokens < 0 || sink_tokens > 1 << 20) bad("sink_tokens: must be in [0, 2^20]");
   if (!(sink_boost >= 0 && sink_boost <= 60)) bad("sink_boost: must be in [0, 60]");
   if (!(tail > 0 && tail <= 20)) bad("tail: must be in (0, 20]");
+  if (model != 1 && model != 2) bad("model: must be v1 or v2");
+  if (!(persistent >= 0 && persistent <= 1)) bad("persistent: must be in [0, 1]");
+  if (!(persistent_query >= 0 && persistent_query <= 1)) bad("persistent_query: must be in [0, 1]");
+  if (!(head_spread >= 0 && head_spread <= 10)) bad("head_spread: must be in [0, 10]");
+  if (!(tail_shape >= 0 && tail_shape <= 4)) bad("tail_shape: must be in [0, 4]");
 }
 
 std::string ProceduralParams::ToString() const {
@@ -91,6 +96,10 @@ std::string ProceduralParams::ToString() const {
   for (std::size_t i = 0; i < head_corr.size(); ++i) s << (i ? "," : "") << head_corr[i];
   s << " layer_corr=" << layer_corr << " query_dependence=" << query_dependence
     << " sink_tokens=" << sink_tokens << " sink_boost=" << sink_boost << " tail=" << tail;
+  if (model == 2) {
+    s << " model=v2 persistent=" << persistent << " persistent_query=" << persistent_query
+      << " head_spread=" << head_spread << " tail_shape=" << tail_shape;
+  }
   return s.str();
 }
 

@@ -30,6 +30,9 @@
 namespace kvtier {
 
 struct ProceduralParams {
+  // Model version: 1 (the formula above; every trace and `workload.importance` string written
+  // before versions existed) or 2 (model=v2: the structure of ImportanceModel v2 below).
+  int model = 1;
   std::uint64_t seed = 1;
   // Correlation of two heads' log-scores per layer, as a depth profile: entry i stands for
   // relative depth i / (size - 1); layers in between interpolate linearly. One entry = constant.
@@ -39,10 +42,17 @@ struct ProceduralParams {
   int sink_tokens = 4;            // leading prefix tokens boosted in every head
   double sink_boost = 6.0;        // log2 units
   double tail = 1.5;              // std of log2 score of non-sink tokens
+  // Version 2 only (ignored by version 1; defaults reduce v2 to v1's structure).
+  double persistent = 0;          // pi: share of the layer-shared field held by P[t]
+  double persistent_query = 0;    // g_p: query share of the persistent field
+  double head_spread = 0;         // sigma_w: sd of the per-(request, layer) logit of head_corr
+  double tail_shape = 0;          // kappa: heavy-tail skew of the shared field (0: none)
 
   // Throws InputError naming the offending parameter (`where` prefixes the message).
   void Validate(const std::string& where) const;
   // "seed=1 head_corr=0.8,0.6 layer_corr=0.9 ..." (one line, the INI keys of FORMAT.md).
+  // Version 1 prints exactly the keys it always printed; version 2 appends "model=v2" and its
+  // parameters.
   std::string ToString() const;
   // Parses the ToString() form ("seed=1 head_corr=0.8,0.6 layer_corr=0.9 ..."; missing keys
   // keep their defaults), as experiments name an importance model in `workload.importance`.

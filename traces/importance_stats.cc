@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "core/check.h"
+#include "core/itf.h"
 
 namespace kvtier {
 
@@ -62,9 +63,74 @@ std::int64_t MaskIntersection(const std::vector<std::uint64_t>& a,
   return c;
 }
 
+std::int64_t ChunksTouched(const std::vector<std::uint64_t>& mask, std::int64_t n, int chunk) {
+  std::int64_t touched = 0, last = -1;
+  for (std::size_t w = 0; w < mask.size(); ++w) {
+    for (std::uint64_t bits = mask[w]; bits != 0; bits &= bits - 1) {
+      const std::int64_t t = std::int64_t(w) * 64 + std::countr_zero(bits);
+      if (t >= n) return touched;
+      const std::int64_t c = t / chunk;  // tokens ascend, so chunks do
+      if (c != last) {
+        ++touched;
+        last = c;
+      }
+    }
+  }
+  return touched;
+}
+
+std::int64_t ChunksTouchedPacked(const std::vector<std::uint64_t>& mask,
+                                 std::span<const std::int32_t> pos, int chunk) {
+  thread_local std::vector<std::uint8_t> seen;
+  seen.assign(pos.size() / std::size_t(chunk) + 1, 0);
+  std::int64_t touched = 0;
+  for (std::size_t w = 0; w < mask.size(); ++w) {
+    for (std::uint64_t bits = mask[w]; bits != 0; bits &= bits - 1) {
+      const std::size_t t = w * 64 + std::size_t(std::countr_zero(bits));
+      if (t >= pos.size()) break;
+      const std::size_t c = std::size_t(pos[t]) / std::size_t(chunk);
+      touched += seen[c] == 0;
+      seen[c] = 1;
+    }
+  }
+  return touched;
+}
+
+void PackingOrder(std::span<const double> weight, std::vector<std::int32_t>* pos) {
+  std::vector<std::int32_t> order(weight.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::int32_t a, std::int32_t b) { return weight[a] > weight[b]; });
+  pos->resize(weight.size());
+  for (std::size_t i = 0; i < order.size(); ++i) (*pos)[order[i]] = std::int32_t(i);
+}
+
+double Pearson(std::span<const double> a, std::span<const double> b) {
+  const std::size_t n = std::min(a.size(), b.size());
+  if (n < 2) return std::numeric_limits<double>::quiet_NaN();
+  double ma = 0, mb = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    ma += a[i];
+    mb += b[i];
+  }
+  ma /= double(n);
+  mb /= double(n);
+  double sab = 0, saa = 0, sbb = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    sab += (a[i] - ma) * (b[i] - mb);
+    saa += (a[i] - ma) * (a[i] - ma);
+    sbb += (b[i] - mb) * (b[i] - mb);
+  }
+  if (saa <= 0 || sbb <= 0) return std::numeric_limits<double>::quiet_NaN();
+  return sab / std::sqrt(saa * sbb);
+}
+
 ImportanceAccumulator::ImportanceAccumulator(int layers, int kv_heads,
                                              ImportanceStatsOptions options)
-    : layers_(layers), heads_(std::min(kv_heads, std::max(1, options.max_heads))), opt_(options) {
+    : layers_(layers),
+      heads_(std::min(kv_heads, std::max(1, options.max_heads))),
+      kv_heads_(kv_heads),
+      opt_(options) {
   const std::size_t R = opt_.retentions.size();
   auto zeros = [&] { return std::vector<std::vector<double>>(R, std::vector<double>(layers_, 0)); };
   head_sum_ = zeros();
@@ -73,6 +139,11 @@ ImportanceAccumulator::ImportanceAccumulator(int layers, int kv_heads,
   recall_sum_ = zeros();
   head_n_.assign(layers_, 0);
   layer_n_.assign(layers_, 0);
+  s_jd_sum_.assign(std::max(0, layers_ - 1), 0);
+  s_jd_n_.assign(std::max(0, layers_ - 1), 0);
+  s_head_j_sum_.assign(layers_, 0);
+  s_head_j2_sum_.assign(layers_, 0);
+  s_head_j_n_.assign(layers_, 0);
 }
 
 void ImportanceAccumulator::AddRequest(std::uint64_t group, std::int64_t n, const ScoreFn& scores) {
@@ -80,9 +151,17 @@ void ImportanceAccumulator::AddRequest(std::uint64_t group, std::int64_t n, cons
   const std::size_t R = opt_.retentions.size();
   std::vector<std::int64_t> ks(R);
   for (std::size_t r = 0; r < R; ++r) ks[r] = RetainedCount(opt_.retentions[r], n);
-  std::vector<int> heads(heads_);
+  const StructureStatsOptions& so = opt_.structure;
+  const bool structure = so.enabled && n >= so.min_tokens;
+  const int probes = std::clamp(so.itf_probe_heads, 0, kv_heads_);
+  const std::int64_t s_k = structure ? RetainedCount(so.retention, n) : 0;
+  const ItfOptions itf{probes, so.itf_alpha, so.retention};
+  std::vector<std::vector<std::uint64_t>> s_sets, s_one;
+  // Rows fetched: the measured heads, and the probe heads when they are more.
+  const int fetched = structure ? std::max(heads_, probes) : heads_;
+  std::vector<int> heads(fetched);
   std::iota(heads.begin(), heads.end(), 0);
-  std::vector<float> buf(static_cast<std::size_t>(heads_) * n);
+  std::vector<float> buf(static_cast<std::size_t>(fetched) * n);
   std::vector<float> agg(static_cast<std::size_t>(n));
   // masks[h][r]
   std::vector<std::vector<std::vector<std::uint64_t>>> masks(heads_);
@@ -140,6 +219,19 @@ void ImportanceAccumulator::AddRequest(std::uint64_t group, std::int64_t n, cons
       random_sum_[r][l] += RandomSetJaccard(ks[r], n);
     }
     ++head_n_[l];
+    if (structure) {
+      if (probes >= 1) {  // as the Pipeline: SelectItf on heads 0..P-1 (core/itf.h)
+        const ItfDecision d = SelectItf(
+            std::span<const float>(buf.data(), std::size_t(probes) * n), probes, n, itf);
+        ++itf_layers_;
+        itf_fallbacks_ += d.fallback ? 1 : 0;
+        s_head_j_sum_[l] += d.similarity;
+        s_head_j2_sum_[l] += d.similarity * d.similarity;
+        ++s_head_j_n_[l];
+      }
+      TopKMasks(agg, std::span<const std::int64_t>(&s_k, 1), &s_one);
+      s_sets.push_back(std::move(s_one[0]));
+    }
     TopKMasks(agg, ks, &layer_masks);
     if (l > 0) {
       for (std::size_t r = 0; r < R; ++r) {
@@ -151,6 +243,155 @@ void ImportanceAccumulator::AddRequest(std::uint64_t group, std::int64_t n, cons
     std::swap(prev_layer_masks, layer_masks);
   }
   ++requests_;
+  if (structure) AddStructure(group, n, std::move(s_sets));
+}
+
+void ImportanceAccumulator::AddStructure(std::uint64_t group, std::int64_t n,
+                                         std::vector<std::vector<std::uint64_t>>&& sets) {
+  const std::int64_t k = RetainedCount(opt_.structure.retention, n);
+  ++s_requests_;
+  for (int l = 0; l + 1 < layers_; ++l) {
+    for (int d = 1; l + d < layers_; ++d) {
+      const double i = double(MaskIntersection(sets[l], sets[l + d]));
+      s_jd_sum_[d - 1] += i / (2.0 * double(k) - i);
+      ++s_jd_n_[d - 1];
+    }
+  }
+  s_random_sum_ += RandomSetJaccard(k, n);
+  Kept kept;
+  kept.n = n;
+  kept.count.assign(static_cast<std::size_t>(n), 0);
+  for (const auto& m : sets) {
+    for (std::size_t w = 0; w < m.size(); ++w) {
+      for (std::uint64_t bits = m[w]; bits != 0; bits &= bits - 1) {
+        ++kept.count[w * 64 + std::size_t(std::countr_zero(bits))];
+      }
+    }
+  }
+  // var(f) with f = count / L; the mean of f is exactly k / n (every layer keeps k tokens).
+  const double p = double(k) / double(n), L = double(layers_);
+  double m2 = 0;
+  for (std::uint16_t c : kept.count) m2 += double(c) * double(c);
+  const double var = std::max(0.0, m2 / double(n) / (L * L) - p * p);
+  s_var_sum_ += var;
+  if (p < 1) s_disp_sum_ += var / (p * (1 - p) / L);
+  auto it = kept_.find(group);
+  if (it == kept_.end()) {
+    if (static_cast<int>(kept_.size()) >= opt_.max_groups) return;
+    it = kept_.emplace(group, std::vector<Kept>{}).first;
+  }
+  if (!it->second.empty() && it->second.front().n != n) return;  // REQUIRES violated: skip
+  kept.masks = std::move(sets);
+  it->second.push_back(std::move(kept));
+}
+
+StructureStats ImportanceAccumulator::StructureResult() const {
+  const StructureStatsOptions& so = opt_.structure;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  StructureStats s;
+  s.retention = so.retention;
+  s.min_tokens = so.min_tokens;
+  s.requests = s_requests_;
+  s.jaccard_by_distance.assign(s_jd_sum_.size(), nan);
+  for (std::size_t d = 0; d < s_jd_sum_.size(); ++d) {
+    if (s_jd_n_[d] > 0) s.jaccard_by_distance[d] = s_jd_sum_[d] / double(s_jd_n_[d]);
+  }
+  const double reqs = double(std::max<std::int64_t>(1, s_requests_));
+  s.random_jaccard = s_requests_ ? s_random_sum_ / reqs : nan;
+  s.dispersion = s_requests_ ? s_disp_sum_ / reqs : nan;
+  s.f_mean_var = s_requests_ ? s_var_sum_ / reqs : nan;
+  s.itf_alpha = so.itf_alpha;
+  s.itf_probe_heads = std::clamp(so.itf_probe_heads, 0, kv_heads_);
+  s.itf_layers = itf_layers_;
+  s.itf_fallbacks = itf_fallbacks_;
+  double sim = 0, within = 0;
+  std::int64_t sim_n = 0, within_n = 0;
+  for (int l = 0; l < layers_; ++l) {
+    const std::int64_t c = s_head_j_n_[l];
+    if (c == 0) continue;
+    sim += s_head_j_sum_[l];
+    sim_n += c;
+    const double m = s_head_j_sum_[l] / double(c);
+    within += std::max(0.0, s_head_j2_sum_[l] / double(c) - m * m);
+    ++within_n;
+  }
+  s.itf_similarity_mean = sim_n ? sim / double(sim_n) : nan;
+  s.itf_similarity_within_var = within_n ? within / double(within_n) : nan;
+
+  // Cross-query correlation and packing, per tracked prefix group (in group-key order, so the
+  // result does not depend on hash-map iteration order).
+  s.chunk_sizes = so.chunk_sizes;
+  const std::size_t C = so.chunk_sizes.size();
+  std::vector<double> stored(C, 0), hist(C, 0), own(C, 0);
+  std::vector<std::uint64_t> keys;
+  for (const auto& [g, v] : kept_) keys.push_back(g);
+  std::sort(keys.begin(), keys.end());
+  double pearson_sum = 0, topk_sum = 0;
+  std::int64_t pearson_n = 0;
+  std::vector<double> fa, fb, weight;
+  std::vector<std::int32_t> pos_hist, pos_own;
+  std::vector<std::vector<std::uint64_t>> ma, mb;
+  std::vector<float> fscore;
+  for (std::uint64_t g : keys) {
+    const std::vector<Kept>& reqs_g = kept_.at(g);
+    if (reqs_g.size() < 2) continue;
+    const std::int64_t n = reqs_g.front().n;
+    const std::int64_t k = RetainedCount(so.retention, n);
+    std::vector<std::vector<std::uint64_t>> topk(reqs_g.size());
+    for (std::size_t i = 0; i < reqs_g.size(); ++i) {
+      fscore.assign(reqs_g[i].count.begin(), reqs_g[i].count.end());
+      TopKMasks(fscore, std::span<const std::int64_t>(&k, 1), &ma);
+      topk[i] = std::move(ma[0]);
+    }
+    for (std::size_t i = 0; i < reqs_g.size(); ++i) {
+      fa.assign(reqs_g[i].count.begin(), reqs_g[i].count.end());
+      for (std::size_t j = i + 1; j < reqs_g.size(); ++j) {
+        fb.assign(reqs_g[j].count.begin(), reqs_g[j].count.end());
+        const double r = Pearson(fa, fb);
+        const double inter = double(MaskIntersection(topk[i], topk[j]));
+        ++s.pairs;
+        topk_sum += inter / (2.0 * double(k) - inter);
+        if (!std::isnan(r)) {
+          pearson_sum += r;
+          ++pearson_n;
+        }
+      }
+    }
+    std::vector<double> total(static_cast<std::size_t>(n), 0);
+    for (const Kept& q : reqs_g) {
+      for (std::int64_t t = 0; t < n; ++t) total[t] += q.count[t];
+    }
+    for (const Kept& q : reqs_g) {
+      weight.resize(static_cast<std::size_t>(n));
+      for (std::int64_t t = 0; t < n; ++t) weight[t] = total[t] - q.count[t];
+      PackingOrder(weight, &pos_hist);
+      for (std::int64_t t = 0; t < n; ++t) weight[t] = q.count[t];
+      PackingOrder(weight, &pos_own);
+      ++s.history_requests;
+      for (std::size_t c = 0; c < C; ++c) {
+        const int chunk = so.chunk_sizes[c];
+        for (const auto& m : q.masks) {
+          stored[c] += double(ChunksTouched(m, n, chunk));
+          hist[c] += double(ChunksTouchedPacked(m, pos_hist, chunk));
+          own[c] += double(ChunksTouchedPacked(m, pos_own, chunk));
+        }
+      }
+    }
+  }
+  s.f_pearson = pearson_n ? pearson_sum / double(pearson_n) : nan;
+  s.f_topk_jaccard = s.pairs ? topk_sum / double(s.pairs) : nan;
+  const double denom = double(s.history_requests) * double(layers_);
+  s.chunks_stored.assign(C, nan);
+  s.chunks_history.assign(C, nan);
+  s.chunks_own.assign(C, nan);
+  if (s.history_requests > 0) {
+    for (std::size_t c = 0; c < C; ++c) {
+      s.chunks_stored[c] = stored[c] / denom;
+      s.chunks_history[c] = hist[c] / denom;
+      s.chunks_own[c] = own[c] / denom;
+    }
+  }
+  return s;
 }
 
 ImportanceStats ImportanceAccumulator::Result() const {
@@ -175,6 +416,7 @@ ImportanceStats ImportanceAccumulator::Result() const {
   s.random_jaccard = div(random_sum_, [&](int l) { return head_n_[l]; });
   s.layer_jaccard = div(layer_sum_, [&](int l) { return layer_n_[l]; });
   s.spi_recall = div(recall_sum_, [&](int) { return recall_samples_; });
+  if (opt_.structure.enabled) s.structure = StructureResult();
   return s;
 }
 
@@ -200,5 +442,26 @@ double ImportanceStats::MeanLayerJaccard(std::size_t r) const {
   return MeanOf(layer_jaccard[r], layers > 0 ? layers - 1 : 0);
 }
 double ImportanceStats::MeanRecall(std::size_t r) const { return MeanOf(spi_recall[r], layers); }
+
+double StructureStats::HistorySaving(std::size_t c) const {
+  if (c >= chunks_stored.size() || !(chunks_stored[c] > 0)) {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  return 1.0 - chunks_history[c] / chunks_stored[c];
+}
+double StructureStats::OwnSaving(std::size_t c) const {
+  if (c >= chunks_stored.size() || !(chunks_stored[c] > 0)) {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  return 1.0 - chunks_own[c] / chunks_stored[c];
+}
+double StructureStats::FallbackRate() const {
+  return itf_layers ? double(itf_fallbacks) / double(itf_layers)
+                    : std::numeric_limits<double>::quiet_NaN();
+}
+double StructureStats::JaccardAt(int d) const {
+  if (d < 1 || d > int(jaccard_by_distance.size())) return std::numeric_limits<double>::quiet_NaN();
+  return jaccard_by_distance[std::size_t(d) - 1];
+}
 
 }  // namespace kvtier

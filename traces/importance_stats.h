@@ -10,20 +10,79 @@
 //   SPI recall    : for requests with an identical prefix, the first one's per-head top-k sets
 //                   are the statically pre-identified sets; a later request's recall is
 //                   |static ∩ own| / k, averaged over layers and heads (§III-A, Fig. 4).
+// Structure statistics (StructureStats), at one retention r (default 0.25), over requests
+// with n >= min_tokens (64) reusable tokens, k = ceil(r n), layer sets S_l as above:
+//   Jaccard by layer distance d : mean over requests and l of J(S_l, S_{l+d}), d = 1..L-1;
+//   dispersion   : f_t = |{l : t in S_l}| / L; var over tokens of f_t divided by the binomial
+//                  variance p(1-p)/L, p = k/n (1: layers choose independently); mean over
+//                  requests;
+//   cross-query  : for pairs of requests with an identical prefix, the Pearson correlation of
+//                  their f, and the Jaccard of their top-k tokens by f (ties to the lower index);
+//   chunks touched per layer : |{floor(pos(t)/C) : t in S_l}|, mean over layers and requests,
+//                  stored order pos(t) = t; history packing: pos = rank of t by the summed f of
+//                  the *other* sampled requests of the same prefix (descending, stable), for
+//                  requests with at least one such other request; own packing (oracle): rank
+//                  by the request's own f. Saving = 1 - packed / stored (sums over the same
+//                  requests). The numbers behind SPEC's KV reordering (§V-B, Fig. 20);
+//   ITF fallback : share of (request, layer) where core/itf.h SelectItf on the first P KV
+//                  heads (retention r, alpha) falls back, exactly as the Pipeline decides.
+// Definitions and the measured real-model values: docs/real-model-observations.md.
 // Not thread-safe.
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
 
 namespace kvtier {
 
+struct StructureStatsOptions {
+  bool enabled = true;
+  double retention = 0.25;
+  std::int64_t min_tokens = 64;  // requests with fewer reusable tokens are not measured
+  std::vector<int> chunk_sizes = {16, 32, 64, 128, 256};
+  double itf_alpha = 0.6;
+  int itf_probe_heads = 3;  // clamped to the model's KV heads
+};
+
 struct ImportanceStatsOptions {
   std::vector<double> retentions = {0.10, 0.25, 0.40};
   int max_heads = 16;     // heads per layer measured (the first ones)
-  int max_groups = 16;    // prefix groups whose static sets are kept for SPI recall
+  int max_groups = 16;    // prefix groups whose static sets (and packing history) are kept
+  StructureStatsOptions structure;
+};
+
+struct StructureStats {
+  double retention = 0;
+  std::int64_t min_tokens = 0;
+  std::int64_t requests = 0;  // requests measured (n >= min_tokens)
+  // [d - 1] for d = 1..L-1: mean Jaccard of layer sets d layers apart; NaN without samples.
+  std::vector<double> jaccard_by_distance;
+  double random_jaccard = 0;  // mean over requests of (k^2/n) / (2k - k^2/n)
+  double dispersion = 0;      // mean over requests of var(f) / (p(1-p)/L)
+  double f_mean_var = 0;      // mean over requests of var(f) (for the fit)
+  std::int64_t pairs = 0;     // request pairs with an identical prefix
+  double f_pearson = 0;       // mean over pairs; NaN without pairs
+  double f_topk_jaccard = 0;  // mean over pairs; NaN without pairs
+  std::vector<int> chunk_sizes;
+  std::int64_t history_requests = 0;  // requests with another sampled request of their prefix
+  // [chunk size]: mean chunks touched per layer over the history requests.
+  std::vector<double> chunks_stored, chunks_history, chunks_own;
+  double itf_alpha = 0;
+  int itf_probe_heads = 0;
+  std::int64_t itf_layers = 0, itf_fallbacks = 0;
+  // The probe heads' similarity s (mean pairwise Jaccard) per (request, layer): its mean, and
+  // its variance around each layer's mean, averaged over layers (how much head agreement
+  // varies from request to request; what makes ITF fall back in some layers).
+  double itf_similarity_mean = 0, itf_similarity_within_var = 0;
+
+  // 1 - packed / stored; NaN without history requests.
+  double HistorySaving(std::size_t chunk_index) const;
+  double OwnSaving(std::size_t chunk_index) const;
+  double FallbackRate() const;  // NaN when no layer was measured
+  double JaccardAt(int d) const;  // d >= 1; NaN outside the curve
 };
 
 struct ImportanceStats {
@@ -33,6 +92,7 @@ struct ImportanceStats {
   std::int64_t recall_samples = 0;      // later requests of a tracked prefix group
   // [retention][layer]
   std::vector<std::vector<double>> head_jaccard, random_jaccard, layer_jaccard, spi_recall;
+  std::optional<StructureStats> structure;  // when options.structure.enabled
 
   double MeanHeadJaccard(std::size_t r) const;
   double MeanRandomJaccard(std::size_t r) const;
@@ -50,6 +110,16 @@ std::int64_t MaskIntersection(const std::vector<std::uint64_t>& a,
 double RandomSetJaccard(std::int64_t k, std::int64_t n);
 std::int64_t RetainedCount(double retention, std::int64_t n);  // ceil(r*n) in [1, n]
 
+// Chunks of `chunk` positions touched by the set bits of `mask` (stored order pos(t) = t).
+std::int64_t ChunksTouched(const std::vector<std::uint64_t>& mask, std::int64_t n, int chunk);
+// Chunks touched by the set bits of `mask` when token t sits at position pos[t].
+std::int64_t ChunksTouchedPacked(const std::vector<std::uint64_t>& mask,
+                                 std::span<const std::int32_t> pos, int chunk);
+// pos[t] = rank of t when tokens are ordered by `weight` descending, ties to the lower index.
+void PackingOrder(std::span<const double> weight, std::vector<std::int32_t>* pos);
+// Pearson correlation of two equally long vectors; NaN when either is constant.
+double Pearson(std::span<const double> a, std::span<const double> b);
+
 class ImportanceAccumulator {
  public:
   // Fills out[j * n + t] for heads[j] of `layer`, tokens 0..n-1.
@@ -63,11 +133,29 @@ class ImportanceAccumulator {
   ImportanceStats Result() const;
 
  private:
-  int layers_, heads_;
+  // What the packing and cross-query statistics keep of one request of a tracked group.
+  struct Kept {
+    std::int64_t n = 0;
+    std::vector<std::uint16_t> count;                 // |{l : t in S_l}|
+    std::vector<std::vector<std::uint64_t>> masks;    // S_l per layer
+  };
+  void AddStructure(std::uint64_t group, std::int64_t n,
+                    std::vector<std::vector<std::uint64_t>>&& layer_sets);
+  StructureStats StructureResult() const;
+
+  int layers_, heads_, kv_heads_;
   ImportanceStatsOptions opt_;
   std::int64_t requests_ = 0, recall_samples_ = 0;
   std::vector<std::vector<double>> head_sum_, random_sum_, layer_sum_, recall_sum_;
   std::vector<std::int64_t> head_n_, layer_n_;
+  // Structure statistics.
+  std::int64_t s_requests_ = 0, itf_layers_ = 0, itf_fallbacks_ = 0;
+  std::vector<double> s_jd_sum_;
+  std::vector<std::int64_t> s_jd_n_;
+  double s_random_sum_ = 0, s_disp_sum_ = 0, s_var_sum_ = 0;
+  std::vector<double> s_head_j_sum_, s_head_j2_sum_;  // per layer, structure retention
+  std::vector<std::int64_t> s_head_j_n_;
+  std::unordered_map<std::uint64_t, std::vector<Kept>> kept_;
   // group -> masks[(layer * heads + h) * R + r]
   std::unordered_map<std::uint64_t, std::vector<std::vector<std::uint64_t>>> static_sets_;
 };

@@ -34,16 +34,39 @@ ProceduralParams ProceduralParams::Parse(const std::string& text, const std::str
         p.sink_boost = std::stod(value);
       } else if (key == "tail") {
         p.tail = std::stod(value);
+      } else if (key == "model") {
+        if (value == "v1" || value == "1") {
+          p.model = 1;
+        } else if (value == "v2" || value == "2") {
+          p.model = 2;
+        } else {
+          throw ConfigError(where + ": model: expected v1 or v2, got '" + value + "'");
+        }
+      } else if (key == "persistent") {
+        p.persistent = std::stod(value);
+      } else if (key == "persistent_query") {
+        p.persistent_query = std::stod(value);
+      } else if (key == "head_spread") {
+        p.head_spread = std::stod(value);
+      } else if (key == "tail_shape") {
+        p.tail_shape = std::stod(value);
       } else {
         throw ConfigError(where + ": unknown importance parameter '" + key +
-                          "' (seed, head_corr, layer_corr, query_dependence, sink_tokens, "
-                          "sink_boost, tail)");
+                          "' (model, seed, head_corr, layer_corr, query_dependence, sink_tokens, "
+                          "sink_boost, tail; model=v2 also persistent, persistent_query, "
+                          "head_spread, tail_shape)");
       }
     } catch (const std::logic_error&) {  // stod/stoi: invalid_argument, out_of_range
       throw ConfigError(where + ": cannot parse '" + item + "'");
     }
   }
   p.Validate(where);
+  const ProceduralParams defaults;
+  if (p.model == 1 && (p.persistent != defaults.persistent ||
+                       p.persistent_query != defaults.persistent_query ||
+                       p.head_spread != defaults.head_spread || p.tail_shape != defaults.tail_shape)) {
+    throw ConfigError(where + ": persistent, persistent_query, head_spread and tail_shape need model=v2");
+  }
   return p;
 }
 

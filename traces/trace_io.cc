@@ -42,6 +42,14 @@ void EncodeProcedural(const ProceduralParams& p, wire::ByteWriter* w) {
   w->Var(static_cast<std::uint64_t>(p.sink_tokens));
   w->F64(p.sink_boost);
   w->F64(p.tail);
+  // Version 2 appends `var model | var n | f64 field[n]` inside the length-prefixed block; a
+  // version-1 block ends after `tail` (and is byte-identical to what older kvtier wrote).
+  if (p.model != 1) {
+    const double fields[] = {p.persistent, p.persistent_query, p.head_spread, p.tail_shape};
+    w->Var(static_cast<std::uint64_t>(p.model));
+    w->Var(std::size(fields));
+    for (double v : fields) w->F64(v);
+  }
 }
 
 bool DecodeProcedural(wire::ByteReader* r, ProceduralParams* p) {
@@ -57,6 +65,20 @@ bool DecodeProcedural(wire::ByteReader* r, ProceduralParams* p) {
   p->sink_tokens = static_cast<int>(sinks);
   r->F64(&p->sink_boost);
   r->F64(&p->tail);
+  if (r->ok() && r->remaining() > 0) {  // version >= 2; fields beyond the known ones skipped
+    std::uint64_t model = 0, n = 0;
+    if (!r->Var(&model) || model < 2 || model > 2 || !r->Var(&n) || n > 64 ||
+        n * 8 > r->remaining()) {
+      return false;
+    }
+    p->model = static_cast<int>(model);
+    double* fields[] = {&p->persistent, &p->persistent_query, &p->head_spread, &p->tail_shape};
+    for (std::uint64_t i = 0; i < n; ++i) {
+      double v = 0;
+      r->F64(&v);
+      if (i < std::size(fields)) *fields[i] = v;
+    }
+  }
   return r->ok();
 }
 

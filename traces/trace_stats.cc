@@ -86,7 +86,74 @@ std::string JsonArray(const std::vector<double>& v) {
   return s + "]";
 }
 
+std::string Pct(double v) { return std::isnan(v) ? std::string("n/a") : Num(100 * v, 1) + "%"; }
+
 }  // namespace
+
+std::string FormatStructureTable(const StructureStats& s) {
+  std::ostringstream o;
+  char line[256];
+  o << "\n  structure at " << Num(100 * s.retention, 0) << "% retention (" << s.requests
+    << " requests with >= " << s.min_tokens << " tokens)\n";
+  o << "  layer-set Jaccard by layer distance d (random " << Num(s.random_jaccard, 3) << ")\n";
+  for (std::size_t d = 0; d < s.jaccard_by_distance.size(); ++d) {
+    if (d % 8 == 0) o << (d ? "\n" : "") << "   ";
+    std::snprintf(line, sizeof line, " d=%-2zu %s", d + 1, Num(s.jaccard_by_distance[d], 3).c_str());
+    o << line;
+  }
+  o << "\n  layer-share dispersion   " << Num(s.dispersion, 2) << "x binomial (var f "
+    << Num(s.f_mean_var, 4) << ")\n";
+  o << "  cross-query (" << s.pairs << " pairs on a shared prefix): Pearson of f "
+    << Num(s.f_pearson, 3) << ", Jaccard of top-k by f " << Num(s.f_topk_jaccard, 3) << "\n";
+  o << "  chunks touched per layer (" << s.history_requests
+    << " requests with history)\n     chunk   stored  history    own-f  saving(history)  "
+       "saving(own)\n";
+  for (std::size_t c = 0; c < s.chunk_sizes.size(); ++c) {
+    std::snprintf(line, sizeof line, "    %6d %8s %8s %8s  %15s  %11s\n", s.chunk_sizes[c],
+                  Num(s.chunks_stored[c], 2).c_str(), Num(s.chunks_history[c], 2).c_str(),
+                  Num(s.chunks_own[c], 2).c_str(), Pct(s.HistorySaving(c)).c_str(),
+                  Pct(s.OwnSaving(c)).c_str());
+    o << line;
+  }
+  o << "  ITF fallback (alpha " << Num(s.itf_alpha, 2) << ", " << s.itf_probe_heads
+    << " probe heads) " << Pct(s.FallbackRate()) << " of " << s.itf_layers
+    << " layers; probe similarity mean " << Num(s.itf_similarity_mean, 3) << ", sd within a layer "
+    << Num(std::sqrt(s.itf_similarity_within_var), 3) << "\n";
+  return o.str();
+}
+
+std::string FormatStructureJson(const StructureStats& s, const std::string& indent) {
+  std::ostringstream o;
+  const std::string in = indent + "  ";
+  o << "{\n" << in << "\"retention\": " << Num(s.retention, 3) << ",\n"
+    << in << "\"min_tokens\": " << s.min_tokens << ",\n"
+    << in << "\"requests\": " << s.requests << ",\n"
+    << in << "\"jaccard_by_distance\": " << JsonArray(s.jaccard_by_distance) << ",\n"
+    << in << "\"random_jaccard\": " << Num(s.random_jaccard) << ",\n"
+    << in << "\"dispersion\": " << Num(s.dispersion) << ",\n"
+    << in << "\"f_variance\": " << Num(s.f_mean_var, 6) << ",\n"
+    << in << "\"cross_query\": {\"pairs\": " << s.pairs << ", \"f_pearson\": " << Num(s.f_pearson)
+    << ", \"f_topk_jaccard\": " << Num(s.f_topk_jaccard) << "},\n"
+    << in << "\"packing\": {\"history_requests\": " << s.history_requests << ", \"chunk_tokens\": [";
+  for (std::size_t c = 0; c < s.chunk_sizes.size(); ++c) o << (c ? ", " : "") << s.chunk_sizes[c];
+  std::vector<double> hs, os;
+  for (std::size_t c = 0; c < s.chunk_sizes.size(); ++c) {
+    hs.push_back(s.HistorySaving(c));
+    os.push_back(s.OwnSaving(c));
+  }
+  o << "],\n" << in << "  \"chunks_stored\": " << JsonArray(s.chunks_stored)
+    << ",\n" << in << "  \"chunks_history\": " << JsonArray(s.chunks_history)
+    << ",\n" << in << "  \"chunks_own\": " << JsonArray(s.chunks_own)
+    << ",\n" << in << "  \"history_saving\": " << JsonArray(hs)
+    << ",\n" << in << "  \"own_saving\": " << JsonArray(os) << "},\n"
+    << in << "\"itf\": {\"alpha\": " << Num(s.itf_alpha, 3) << ", \"probe_heads\": "
+    << s.itf_probe_heads << ", \"layers\": " << s.itf_layers << ", \"fallbacks\": "
+    << s.itf_fallbacks << ", \"fallback_rate\": " << Num(s.FallbackRate())
+    << ", \"similarity_mean\": " << Num(s.itf_similarity_mean)
+    << ", \"similarity_within_layer_var\": " << Num(s.itf_similarity_within_var, 6) << "}\n"
+    << indent << "}";
+  return o.str();
+}
 
 std::int64_t Distribution::Quantile(double q) const {
   if (n == 0) return 0;
@@ -205,6 +272,7 @@ std::string FormatStatsTable(const TraceStats& st) {
                   im.MeanLayerJaccard(r), im.recall_samples ? Num(im.MeanRecall(r), 3).c_str() : "n/a");
     o << line;
   }
+  if (im.structure) o << FormatStructureTable(*im.structure);
   o << "\n  per layer (head-J at each retention | layer-J l,l+1 at each retention)\n  layer";
   for (double r : im.retentions) {
     std::snprintf(line, sizeof line, "  hJ@%2.0f%%", r * 100);
@@ -272,7 +340,9 @@ std::string FormatStatsJson(const TraceStats& st) {
                                          im.layer_jaccard[r].end() - (im.layers > 0 ? 1 : 0)))
         << "}";
     }
-    o << "\n    ]\n  }";
+    o << "\n    ]";
+    if (im.structure) o << ",\n    \"structure\": " << FormatStructureJson(*im.structure, "    ");
+    o << "\n  }";
   }
   o << "\n}\n";
   return o.str();

@@ -62,6 +62,9 @@ struct TraceStats {
 TraceStats ComputeTraceStats(const std::string& path, const TraceStatsOptions& options = {});
 std::string FormatStatsTable(const TraceStats& stats);
 std::string FormatStatsJson(const TraceStats& stats);
+// The structure block of both (also printed by `trace fit` for the fitted model).
+std::string FormatStructureTable(const StructureStats& stats);
+std::string FormatStructureJson(const StructureStats& stats, const std::string& indent);
 
 // Estimates importance-model targets from a trace with importance (a recording of a real
 // model), so `trace gen` can follow it: the per-layer head Jaccard profile, the adjacent-layer
