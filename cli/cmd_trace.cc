@@ -11,6 +11,7 @@
 #include "core/config.h"
 #include "core/errors.h"
 #include "traces/generator.h"
+#include "traces/importance_fit.h"
 #include "traces/mooncake.h"
 #include "traces/trace_io.h"
 #include "traces/trace_stats.h"
@@ -122,6 +123,14 @@ void AddTargets(Options* o, ImportanceTargets* t, TargetFlags* f) {
   o->Add<double>("importance", "sink_boost", &t->sink_boost, "sink boost in log2 units (6)");
   o->Add<double>("importance", "tail", &t->tail, "sd of log2 scores (1.5)");
   o->Add<int>("importance", "calibration_tokens", &t->calibration_tokens, "tokens per calibration request (0: mean prefix)");
+  o->Add<std::string>("importance", "params", &t->params, "a complete importance model ('model=v2 ...', as trace fit writes); no calibration");
+}
+
+// The importance model of `t`: its `params` as given, else calibrated from its targets.
+ProceduralParams ModelOf(const ImportanceTargets& t, int layers, int kv_heads, std::int64_t tokens,
+                         std::uint64_t seed, CalibrationReport* rep) {
+  if (!t.params.empty()) return ProceduralParams::Parse(t.params, "importance.params");
+  return Calibrate(t, layers, kv_heads, tokens, seed, rep);
 }
 
 void CheckTargets(ImportanceTargets* t, const TargetFlags& f) {
@@ -166,11 +175,12 @@ int RunGen(const Args& args) {
   ImportanceTargets t;
   TargetFlags tf;
   ModelDescriptor m = DefaultModel();
-  std::string out;
+  std::string out, like;
   bool quiet = false;
   std::uint64_t iseed = 1;
   Options o;
   o.Add<std::string>(nullptr, "out,o", &out, "output trace (required)");
+  o.Add<std::string>(nullptr, "like", &like, "copy this trace's requests, with procedural importance from [importance] params");
   o.Flag("quiet", &quiet, "print nothing on success");
   o.Add<std::string>("workload", "kind", &w.kind, "fewshot | rag");
   o.Add<std::int64_t>("workload", "requests", &w.requests, "number of requests (1000)");
@@ -204,6 +214,13 @@ int RunGen(const Args& args) {
   AddModel(&o, &m);
   if (!Parse(&o, args, "usage: kvtier trace gen --out T [--config gen.ini] [options]", true)) return 0;
   if (out.empty()) throw InputError("--out is required");
+  if (!like.empty()) {
+    if (t.params.empty()) throw InputError("--like needs an importance model: [importance] params (trace fit writes one)");
+    const ProceduralParams p = ProceduralParams::Parse(t.params, "importance.params");
+    const std::int64_t n = GenerateLikeTrace(like, out, p);
+    if (!quiet) std::printf("wrote %s: %lld records like %s\nimportance model: %s\n", out.c_str(), (long long)n, like.c_str(), p.ToString().c_str());
+    return 0;
+  }
   CheckModel(&m, std::find(args.begin(), args.end(), "--model-kv-heads") != args.end() || m.kv_heads != 40);
   CheckTargets(&t, tf);
   ValidateWorkload(w);
@@ -214,13 +231,15 @@ int RunGen(const Args& args) {
         t.calibration_tokens > 0
             ? t.calibration_tokens
             : std::clamp<std::int64_t>(std::llround(ExpectedPrefixTokens(w)), 512, 4096);
-    params = Calibrate(t, m.layers, m.kv_heads, tokens, iseed, &rep);
+    params = ModelOf(t, m.layers, m.kv_heads, tokens, iseed, &rep);
   }
   const GenerateSummary s = GenerateTrace(out, w, m, t, params);
   if (!quiet) {
     std::printf("wrote %s: %lld records, %llu bytes\n", out.c_str(), (long long)s.records,
                 (unsigned long long)s.bytes);
-    if (t.importance == "procedural") {
+    if (t.importance == "procedural" && !t.params.empty()) {
+      std::printf("importance model: %s\n", params.ToString().c_str());
+    } else if (t.importance == "procedural") {
       double hj = 0;
       for (double v : rep.head_jaccard) hj += v;
       std::printf("importance model: %s\n", params.ToString().c_str());
@@ -267,8 +286,8 @@ std::optional<ProceduralParams> NoneModel(const std::string& config, const std::
   CheckTargets(&t, tf);
   TraceReader reader(trace);
   const ModelDescriptor& m = reader.header().model;
-  return Calibrate(t, m.layers, m.kv_heads, t.calibration_tokens > 0 ? t.calibration_tokens : 2048,
-                   iseed);
+  return ModelOf(t, m.layers, m.kv_heads, t.calibration_tokens > 0 ? t.calibration_tokens : 2048,
+                 iseed, nullptr);
 }
 
 int RunStats(const Args& args) {
@@ -303,20 +322,36 @@ int RunStats(const Args& args) {
 }
 
 int RunFit(const Args& args) {
-  std::string trace, out;
-  double retention = 0.4;
+  std::string trace, out, model = "v2";
+  double retention = -1;
   TraceStatsOptions opt;
+  FitV2Options v2;
+  std::string chunks = "16,32,64,128,256";
   Options o;
   o.Add<std::string>(nullptr, "trace", &trace, "trace with importance");
   o.Add<std::string>(nullptr, "out,o", &out, "write the INI here (default stdout)");
-  o.Add<double>(nullptr, "retention", &retention, "retention ratio of the fitted targets (0.4)");
+  o.Add<std::string>(nullptr, "model", &model, "v2: fit every parameter of importance model v2 (default); v1: version 1's calibration targets");
+  o.Add<double>(nullptr, "retention", &retention, "retention the fit measures at (v2: 0.25; v1: 0.4)");
   o.Add<std::int64_t>(nullptr, "importance-requests", &opt.importance_requests, "requests sampled (64)");
+  o.Add<int>(nullptr, "rounds", &v2.rounds, "v2: rounds of coordinate-wise bisection (3)");
+  o.Add<std::uint64_t>(nullptr, "seed", &v2.seed, "v2: seed of the fitted model (1)");
+  AddStructureOptions(&o, &v2.structure, &chunks);
   o.positional.add("trace", 1);
-  if (!Parse(&o, args, "usage: kvtier trace fit T [--out fit.ini]", false)) return 0;
+  if (!Parse(&o, args, "usage: kvtier trace fit T [--model v2|v1] [--out fit.ini]", false)) return 0;
   if (trace.empty()) throw InputError("a trace file is required");
+  if (model != "v1" && model != "v2") throw InputError("--model: expected v1 or v2, got '" + model + "'");
+  if (retention < 0) retention = model == "v2" ? 0.25 : 0.4;
   if (!(retention > 0 && retention <= 1)) throw InputError("--retention: must be in (0, 1]");
-  const FitResult fit = FitImportance(trace, retention, opt);
-  const std::string ini = FormatFitIni(fit);
+  CheckStructureOptions(&v2.structure, chunks);
+  if (v2.rounds < 1 || v2.rounds > 20) throw InputError("--rounds: must be in [1, 20]");
+  std::string ini;
+  if (model == "v2") {
+    v2.retention = retention;
+    v2.requests = opt.importance_requests;
+    ini = FormatFitV2Ini(FitImportanceV2(trace, v2), trace);
+  } else {
+    ini = FormatFitIni(FitImportance(trace, retention, opt));
+  }
   if (out.empty()) {
     std::fputs(ini.c_str(), stdout);
   } else {

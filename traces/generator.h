@@ -57,6 +57,9 @@ struct ImportanceTargets {
   double sink_boost = 6.0;
   double tail = 1.5;
   int calibration_tokens = 0;  // 0: the workload's mean prefix length, clamped to [512, 4096]
+  // A complete importance model ("model=v2 seed=1 head_corr=..."; `trace fit` writes one):
+  // when set, it is used as is and the targets above are not calibrated.
+  std::string params;
 };
 
 // Finds ProceduralParams whose measured statistics (traces/importance_stats.h) match `targets`

@@ -17,6 +17,11 @@ constexpr std::uint64_t kTagStaticAnchor = 0x51;
 constexpr std::uint64_t kTagQueryAnchor = 0x52;
 constexpr std::uint64_t kTagStaticHead = 0x53;
 constexpr std::uint64_t kTagQueryHead = 0x54;
+constexpr std::uint64_t kTagPersistStatic = 0x55;
+constexpr std::uint64_t kTagPersistQuery = 0x56;
+constexpr std::uint64_t kTagHeadSpread = 0x58;
+constexpr std::uint64_t kTagSlowStatic = 0x59;
+constexpr std::uint64_t kTagSlowQuery = 0x5A;
 
 // Two 16-bit halves summed: triangular on [-1, 1] (variance 1/6), scaled to unit variance.
 // Closer to Gaussian than one uniform, so mixtures of components keep nearly the same shape
@@ -69,6 +74,34 @@ __attribute__((optimize("O3"))) void HeadRow(const std::uint32_t* keys, const fl
   }
 }
 
+// Version 2's persistent field: out[t] += cs * U(key ^ ss) + cq * U(sq + t*G).
+[[maybe_unused]] __attribute__((optimize("O3"))) void PersistentAdd(const std::uint32_t* keys, std::int64_t n,
+                                                   std::uint32_t ss, std::uint32_t sq, float cs,
+                                                   float cq, float* out) {
+  for (std::int64_t t = 0; t < n; ++t) {
+    const std::uint32_t g = static_cast<std::uint32_t>(t) * 0x9E3779B9u;
+    out[t] += cs * Unit(hash::Hash32(keys[t] ^ ss)) + cq * Unit(hash::Hash32(sq + g));
+  }
+}
+
+// Version 2's smoothing along positions: y[t] <- sqrt(1-nu) y[t] + sqrt(nu) Y[t], where Y is
+// y at the knots 0, m, 2m, ... linear in between, rescaled to y's variance. Knots past the
+// field given reuse its last value. REQUIRES: y holds the field up to the knot after n - 1.
+void SmoothField(std::vector<float>* y, std::int64_t n, int m, double nu) {
+  thread_local std::vector<float> knots;
+  const std::int64_t have = static_cast<std::int64_t>(y->size());
+  const std::int64_t count = (n - 1) / m + 2;
+  knots.resize(static_cast<std::size_t>(count));
+  for (std::int64_t j = 0; j < count; ++j) knots[j] = (*y)[std::min(j * m, have - 1)];
+  const float a = float(std::sqrt(1 - nu)), b = float(std::sqrt(nu));
+  for (std::int64_t t = 0; t < n; ++t) {
+    const std::int64_t j = t / m;
+    const float f = float(t - j * m) / float(m);
+    const float v = ((1 - f) * knots[j] + f * knots[j + 1]) / std::sqrt((1 - f) * (1 - f) + f * f);
+    (*y)[t] = a * (*y)[t] + b * v;
+  }
+}
+
 }  // namespace
 
 void ProceduralParams::Validate(const std::string& where) const {
@@ -86,7 +119,15 @@ void ProceduralParams::Validate(const std::string& where) const {
   if (!(persistent >= 0 && persistent <= 1)) bad("persistent: must be in [0, 1]");
   if (!(persistent_query >= 0 && persistent_query <= 1)) bad("persistent_query: must be in [0, 1]");
   if (!(head_spread >= 0 && head_spread <= 10)) bad("head_spread: must be in [0, 10]");
-  if (!(tail_shape >= 0 && tail_shape <= 4)) bad("tail_shape: must be in [0, 4]");
+  if (!(smooth >= 0 && smooth <= 1)) bad("smooth: must be in [0, 1]");
+  if (!(slow >= 0 && slow <= 1)) bad("slow: must be in [0, 1]");
+  if (!(persistent_corr >= 0 && persistent_corr <= 1)) bad("persistent_corr: must be in [0, 1]");
+  if (!(slow_corr >= 0 && slow_corr <= 1)) bad("slow_corr: must be in [0, 1]");
+  if (smooth_tokens < 1 || smooth_tokens > 1 << 16) bad("smooth_tokens: must be in [1, 65536]");
+  if (recency.size() > 16) bad("recency: at most 16 values");
+  for (double b : recency) {
+    if (!(b >= -20 && b <= 20)) bad("recency: values must be in [-20, 20]");
+  }
 }
 
 std::string ProceduralParams::ToString() const {
@@ -97,8 +138,13 @@ std::string ProceduralParams::ToString() const {
   s << " layer_corr=" << layer_corr << " query_dependence=" << query_dependence
     << " sink_tokens=" << sink_tokens << " sink_boost=" << sink_boost << " tail=" << tail;
   if (model == 2) {
-    s << " model=v2 persistent=" << persistent << " persistent_query=" << persistent_query
-      << " head_spread=" << head_spread << " tail_shape=" << tail_shape;
+    s << " model=v2 persistent=" << persistent << " persistent_corr=" << persistent_corr
+      << " persistent_query=" << persistent_query
+      << " slow=" << slow << " slow_corr=" << slow_corr << " smooth=" << smooth
+      << " smooth_tokens=" << smooth_tokens
+      << " head_spread=" << head_spread << " recency=";
+    for (std::size_t i = 0; i < recency.size(); ++i) s << (i ? "," : "") << recency[i];
+    if (recency.empty()) s << "none";
   }
   return s.str();
 }
@@ -144,14 +190,21 @@ ImportanceModel::ImportanceModel(const ProceduralParams& params, int layers, int
     w_[l] = p[i] * (1 - f) + p[i + 1] * f;
   }
   phi_ = std::acos(std::clamp(params_.layer_corr, 0.0, 1.0));
+  phi_slow_ = std::acos(std::clamp(params_.slow_corr, 0.0, 1.0));
+  phi_persist_ = std::acos(std::clamp(params_.persistent_corr, 0.0, 1.0));
 }
 
 void ImportanceModel::Scores(std::span<const std::uint32_t> token_keys, std::uint64_t query_key,
-                             int layer, std::span<const int> heads, std::int64_t n,
-                             float* out) const {
+                             int layer, std::span<const int> heads, std::int64_t n, float* out,
+                             std::int64_t prefix_tokens) const {
   KVTIER_DCHECK(static_cast<std::int64_t>(token_keys.size()) >= n, "token keys too short");
   KVTIER_DCHECK(layer >= 0 && layer < layers_, "layer out of range");
   if (n <= 0) return;
+  if (params_.model == 2) {
+    ScoresV2(token_keys, query_key, layer, heads, n, out,
+             prefix_tokens >= 0 ? prefix_tokens : std::int64_t(token_keys.size()));
+    return;
+  }
   thread_local std::vector<float> common;
   common.resize(static_cast<std::size_t>(n));
 
@@ -181,6 +234,95 @@ void ImportanceModel::Scores(std::span<const std::uint32_t> token_keys, std::uin
     const auto h = static_cast<std::uint64_t>(heads[j]);
     float* row = out + j * n;
     HeadRow(token_keys.data(), common.data(), n, Salt(seed, kTagStaticHead, layer, h),
+            Salt(seed ^ query_key, kTagQueryHead, layer, h), float(es), float(eq), row);
+    for (std::int64_t t = 0; t < sinks; ++t) row[t] *= boost;
+  }
+}
+
+void ImportanceModel::ScoresV2(std::span<const std::uint32_t> token_keys,
+                               std::uint64_t query_key, int layer, std::span<const int> heads,
+                               std::int64_t n, float* out, std::int64_t prefix_tokens) const {
+  const ProceduralParams& p = params_;
+  thread_local std::vector<float> shared;
+  // With smoothing, the field is needed up to the knot after the last token (or the prefix end).
+  const std::int64_t m = p.smooth_tokens;
+  const std::int64_t field_n =
+      p.smooth > 0 ? std::max<std::int64_t>(
+                         n, std::min<std::int64_t>(std::int64_t(token_keys.size()), ((n - 1) / m + 1) * m + 1))
+                   : n;
+  shared.resize(static_cast<std::size_t>(field_n));
+  const std::uint64_t seed = p.seed;
+  // Head agreement of this (request, layer).
+  double w = w_[layer];
+  if (p.head_spread > 0) {
+    const double u = Unit(Salt(seed, kTagHeadSpread, std::uint64_t(layer), query_key));
+    const double wc = std::clamp(w, 1e-4, 1 - 1e-4);
+    w = 1.0 / (1.0 + std::exp(-(std::log(wc / (1 - wc)) + p.head_spread * u)));
+  }
+  // The layer-varying chains, as version 1's (anchors every pi/2 of rotation): the fast one
+  // (layer_corr) and the slow one (slow_corr).
+  const double g = p.query_dependence, pi = p.persistent;
+  auto chain = [&](double phi, double share, double g, std::uint64_t tag_s, std::uint64_t tag_q,
+                   bool first) {
+    const double angle = double(layer) * phi;
+    const double quarter = std::numbers::pi / 2;
+    const std::uint64_t anchor =
+        phi > 0 ? static_cast<std::uint64_t>(std::floor(angle / quarter)) : 0;
+    double a = angle - double(anchor) * quarter;
+    if (a >= quarter) a = quarter - 1e-12;
+    const double cs = std::sqrt(share * (1 - g)), cq = std::sqrt(share * g);
+    if (first) {
+      AnchorMixStatic(token_keys.data(), field_n, Salt(seed, tag_s, anchor, 0),
+                      Salt(seed, tag_s, anchor + 1, 0), float(cs * std::cos(a)),
+                      float(cs * std::sin(a)), shared.data());
+    } else {
+      PersistentAdd(token_keys.data(), field_n, Salt(seed, tag_s, anchor, 0), 0, float(cs * std::cos(a)),
+                    0.0f, shared.data());
+      PersistentAdd(token_keys.data(), field_n, Salt(seed, tag_s, anchor + 1, 0), 0,
+                    float(cs * std::sin(a)), 0.0f, shared.data());
+    }
+    if (cq > 0 || first) {
+      AnchorMixQuery(field_n, Salt(seed, tag_q, anchor, query_key),
+                     Salt(seed, tag_q, anchor + 1, query_key), float(cq * std::cos(a)),
+                     float(cq * std::sin(a)), shared.data());
+    }
+  };
+  chain(phi_, (1 - pi) * (1 - p.slow), g, kTagStaticAnchor, kTagQueryAnchor, true);
+  if (p.slow > 0) chain(phi_slow_, (1 - pi) * p.slow, g, kTagSlowStatic, kTagSlowQuery, false);
+  // The persistent field: the same P in every layer (persistent_corr 1), or a very slow chain.
+  if (pi > 0) {
+    chain(phi_persist_, pi, p.persistent_query, kTagPersistStatic, kTagPersistQuery, false);
+  }
+  if (p.smooth > 0) SmoothField(&shared, n, p.smooth_tokens, p.smooth);
+  // Recency by distance from the end of the prefix.
+  if (!p.recency.empty()) {
+    const std::int64_t last = std::max<std::int64_t>(prefix_tokens, n) - 1;
+    const std::size_t m = p.recency.size();
+    // Only distances below 4^(m-1) vary; beyond, the last value applies to every token.
+    for (std::int64_t t = 0; t < n; ++t) {
+      const double x = std::log2(1.0 + double(last - t)) / 2;  // log4(1 + distance)
+      double b;
+      if (x >= double(m - 1)) {
+        b = p.recency[m - 1];
+      } else {
+        const std::size_t i = static_cast<std::size_t>(x);
+        const double f = x - double(i);
+        b = p.recency[i] * (1 - f) + p.recency[i + 1] * f;
+      }
+      shared[t] += float(b);
+    }
+  }
+  const double tail = p.tail;
+  const float scale = float(tail * std::sqrt(w));
+  for (std::int64_t t = 0; t < n; ++t) shared[t] *= scale;
+  const double es = tail * std::sqrt((1 - w) * (1 - g)), eq = tail * std::sqrt((1 - w) * g);
+  const float boost = std::exp2(static_cast<float>(p.sink_boost));
+  const std::int64_t sinks = std::min<std::int64_t>(p.sink_tokens, n);
+  for (std::size_t j = 0; j < heads.size(); ++j) {
+    KVTIER_DCHECK(heads[j] >= 0 && heads[j] < kv_heads_, "head out of range");
+    const auto h = static_cast<std::uint64_t>(heads[j]);
+    float* row = out + j * n;
+    HeadRow(token_keys.data(), shared.data(), n, Salt(seed, kTagStaticHead, layer, h),
             Salt(seed ^ query_key, kTagQueryHead, layer, h), float(es), float(eq), row);
     for (std::int64_t t = 0; t < sinks; ++t) row[t] *= boost;
   }

@@ -16,6 +16,26 @@
 // - g (query_dependence): correlation of the same head for two queries on the same prefix is
 //   1 - g -> recall of a statically pre-identified set (§III-A, ~80%);
 // - sinks: the first tokens get a large boost in every head; tail: lognormal-like heavy tail.
+//
+// Version 2 (`model=v2`; importance-statistics.md and docs/real-model-observations.md give the
+// measurements it follows) keeps the head and query structure and replaces the layer-shared
+// component c by
+//   x[l,t] = sqrt((1-pi)(1-s)) c[l,t] + sqrt((1-pi) s) c'[l,t] + sqrt(pi) P[t]
+//   y[l,t] = sqrt(1-nu) x[l,t] + sqrt(nu) X[l,t] + R(N-1-t)
+//   P[l,t] = sqrt(1-g_p) Ps[l,t] + sqrt(g_p) Pq[l,t], constant in l when rho_p = 1, else a
+//            chain like c with adjacent-layer correlation rho_p (a drift over the whole depth)
+// - P (persistent): one per-token latent shared by every layer, so the same tokens win in
+//   layer after layer (layer-set Jaccard that flattens far above random with distance, a large
+//   layer-share dispersion); Ps is keyed by the prefix token, Pq by the query (g_p), so P is
+//   largely the same for every query on a prefix (cross-query correlation of f);
+// - c' (slow chain): as c, with adjacent-layer correlation rho_s (slow_corr) close to 1, so
+//   sets drift over many layers (the slow decline of Jaccard with layer distance);
+// - X: x at knots every m positions, linear in between (important phrases: neighbours share
+//   importance, so a layer's set touches fewer chunks in stored order);
+// - R: a recency boost by distance from the end of the prefix (N tokens), a profile;
+// - w[l] varies per (request, layer): logit w = logit head_corr[l] + sigma_w u, u ~ unit
+//   noise keyed by (query, layer), so head agreement, and ITF's pass/fallback, varies;
+//   z = sqrt(w) y + sqrt(1-w) e  (e as in version 1), log2 score = tail z (+ sinks).
 // The prefix part is keyed by the prefix token's identity (a chain hash of the prefix symbols up
 // to it), so requests sharing a prefix share exactly that part, as a cache would share the KV.
 // Thread-compatible; Scores() is const and may run concurrently.
@@ -42,11 +62,19 @@ struct ProceduralParams {
   int sink_tokens = 4;            // leading prefix tokens boosted in every head
   double sink_boost = 6.0;        // log2 units
   double tail = 1.5;              // std of log2 score of non-sink tokens
-  // Version 2 only (ignored by version 1; defaults reduce v2 to v1's structure).
+  // Version 2 only (ignored by version 1; these defaults reduce v2 to v1's structure).
   double persistent = 0;          // pi: share of the layer-shared field held by P[t]
+  double slow = 0;                // s: share of the chain part on the slow chain
+  double slow_corr = 0.99;        // rho_s: adjacent-layer correlation of the slow chain
   double persistent_query = 0;    // g_p: query share of the persistent field
+  double persistent_corr = 1;     // rho_p: adjacent-layer correlation of P (1: one P for all)
+  double smooth = 0;              // nu: share of the field that varies smoothly along positions
+  int smooth_tokens = 4;          // m: knot spacing of the smooth part, tokens
   double head_spread = 0;         // sigma_w: sd of the per-(request, layer) logit of head_corr
-  double tail_shape = 0;          // kappa: heavy-tail skew of the shared field (0: none)
+  // Recency boost of the shared field, in its sd units, at distances 4^i - 1 tokens from the
+  // end of the prefix (0, 3, 15, 63, 255, ...), linear in log4(1 + distance) in between,
+  // the last value beyond. Empty: none.
+  std::vector<double> recency;
 
   // Throws InputError naming the offending parameter (`where` prefixes the message).
   void Validate(const std::string& where) const;
@@ -82,16 +110,25 @@ class ImportanceModel {
   double head_corr(int layer) const { return w_[layer]; }
 
   // Fills out[j * n + t] for j < heads.size(), t < n with the scores of tokens 0..n-1.
+  // `prefix_tokens` (version 2's recency): the request's whole prefix length, of which the n
+  // tokens are the first; -1: token_keys.size().
   // REQUIRES: token_keys.size() >= n; 0 <= layer < layers(); every head in [0, kv_heads()).
   void Scores(std::span<const std::uint32_t> token_keys, std::uint64_t query_key, int layer,
-              std::span<const int> heads, std::int64_t n, float* out) const;
+              std::span<const int> heads, std::int64_t n, float* out,
+              std::int64_t prefix_tokens = -1) const;
 
  private:
   ProceduralParams params_;
   int layers_;
   int kv_heads_;
+  void ScoresV2(std::span<const std::uint32_t> token_keys, std::uint64_t query_key, int layer,
+                std::span<const int> heads, std::int64_t n, float* out,
+                std::int64_t prefix_tokens) const;
+
   std::vector<double> w_;  // head_corr per layer
   double phi_;             // rotation per layer (acos rho)
+  double phi_slow_;        // version 2's slow chain (acos rho_s)
+  double phi_persist_;     // version 2's persistent field (acos rho_p; 0: constant)
 };
 
 }  // namespace kvtier

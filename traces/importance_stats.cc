@@ -259,6 +259,17 @@ void ImportanceAccumulator::AddStructure(std::uint64_t group, std::int64_t n,
   }
   s_random_sum_ += RandomSetJaccard(k, n);
   Kept kept;
+  auto add_distance_bins = [&] {
+    for (std::int64_t t = 0; t < n; ++t) {
+      const std::size_t b = static_cast<std::size_t>(std::bit_width(std::uint64_t(n - t)) - 1) / 2;
+      if (b >= s_fd_sum_.size()) {
+        s_fd_sum_.resize(b + 1, 0);
+        s_fd_n_.resize(b + 1, 0);
+      }
+      s_fd_sum_[b] += double(kept.count[t]) / double(layers_);
+      ++s_fd_n_[b];
+    }
+  };
   kept.n = n;
   kept.count.assign(static_cast<std::size_t>(n), 0);
   for (const auto& m : sets) {
@@ -268,6 +279,7 @@ void ImportanceAccumulator::AddStructure(std::uint64_t group, std::int64_t n,
       }
     }
   }
+  add_distance_bins();
   // var(f) with f = count / L; the mean of f is exactly k / n (every layer keeps k tokens).
   const double p = double(k) / double(n), L = double(layers_);
   double m2 = 0;
@@ -300,6 +312,9 @@ StructureStats ImportanceAccumulator::StructureResult() const {
   s.random_jaccard = s_requests_ ? s_random_sum_ / reqs : nan;
   s.dispersion = s_requests_ ? s_disp_sum_ / reqs : nan;
   s.f_mean_var = s_requests_ ? s_var_sum_ / reqs : nan;
+  for (std::size_t b = 0; b < s_fd_sum_.size(); ++b) {
+    s.f_by_distance.push_back(s_fd_n_[b] ? s_fd_sum_[b] / double(s_fd_n_[b]) : nan);
+  }
   s.itf_alpha = so.itf_alpha;
   s.itf_probe_heads = std::clamp(so.itf_probe_heads, 0, kv_heads_);
   s.itf_layers = itf_layers_;

@@ -24,6 +24,7 @@
 //                  requests with at least one such other request; own packing (oracle): rank
 //                  by the request's own f. Saving = 1 - packed / stored (sums over the same
 //                  requests). The numbers behind SPEC's KV reordering (§V-B, Fig. 20);
+//   recency      : mean f by distance from the end of the prefix, in bins [4^i - 1, 4^(i+1) - 1);
 //   ITF fallback : share of (request, layer) where core/itf.h SelectItf on the first P KV
 //                  heads (retention r, alpha) falls back, exactly as the Pipeline decides.
 // Definitions and the measured real-model values: docs/real-model-observations.md.
@@ -63,6 +64,9 @@ struct StructureStats {
   double random_jaccard = 0;  // mean over requests of (k^2/n) / (2k - k^2/n)
   double dispersion = 0;      // mean over requests of var(f) / (p(1-p)/L)
   double f_mean_var = 0;      // mean over requests of var(f) (for the fit)
+  // Recency: mean f of tokens at distance [4^i - 1, 4^(i+1) - 1) from the end of the prefix
+  // (0-2, 3-14, 15-62, 63-254, ...); NaN where no token was that far.
+  std::vector<double> f_by_distance;
   std::int64_t pairs = 0;     // request pairs with an identical prefix
   double f_pearson = 0;       // mean over pairs; NaN without pairs
   double f_topk_jaccard = 0;  // mean over pairs; NaN without pairs
@@ -150,7 +154,8 @@ class ImportanceAccumulator {
   std::vector<std::int64_t> head_n_, layer_n_;
   // Structure statistics.
   std::int64_t s_requests_ = 0, itf_layers_ = 0, itf_fallbacks_ = 0;
-  std::vector<double> s_jd_sum_;
+  std::vector<double> s_jd_sum_, s_fd_sum_;
+  std::vector<std::int64_t> s_fd_n_;
   std::vector<std::int64_t> s_jd_n_;
   double s_random_sum_ = 0, s_disp_sum_ = 0, s_var_sum_ = 0;
   std::vector<double> s_head_j_sum_, s_head_j2_sum_;  // per layer, structure retention

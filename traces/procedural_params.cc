@@ -48,13 +48,27 @@ ProceduralParams ProceduralParams::Parse(const std::string& text, const std::str
         p.persistent_query = std::stod(value);
       } else if (key == "head_spread") {
         p.head_spread = std::stod(value);
-      } else if (key == "tail_shape") {
-        p.tail_shape = std::stod(value);
+      } else if (key == "persistent_corr") {
+        p.persistent_corr = std::stod(value);
+      } else if (key == "slow") {
+        p.slow = std::stod(value);
+      } else if (key == "slow_corr") {
+        p.slow_corr = std::stod(value);
+      } else if (key == "smooth") {
+        p.smooth = std::stod(value);
+      } else if (key == "smooth_tokens") {
+        p.smooth_tokens = std::stoi(value);
+      } else if (key == "recency") {
+        p.recency.clear();
+        if (value != "none") {
+          std::istringstream vs(value);
+          for (std::string v; std::getline(vs, v, ',');) p.recency.push_back(std::stod(v));
+        }
       } else {
         throw ConfigError(where + ": unknown importance parameter '" + key +
                           "' (model, seed, head_corr, layer_corr, query_dependence, sink_tokens, "
-                          "sink_boost, tail; model=v2 also persistent, persistent_query, "
-                          "head_spread, tail_shape)");
+                          "sink_boost, tail; model=v2 also persistent, persistent_corr, persistent_query, slow, slow_corr, smooth, "
+                          "smooth_tokens, head_spread, recency)");
       }
     } catch (const std::logic_error&) {  // stod/stoi: invalid_argument, out_of_range
       throw ConfigError(where + ": cannot parse '" + item + "'");
@@ -64,8 +78,11 @@ ProceduralParams ProceduralParams::Parse(const std::string& text, const std::str
   const ProceduralParams defaults;
   if (p.model == 1 && (p.persistent != defaults.persistent ||
                        p.persistent_query != defaults.persistent_query ||
-                       p.head_spread != defaults.head_spread || p.tail_shape != defaults.tail_shape)) {
-    throw ConfigError(where + ": persistent, persistent_query, head_spread and tail_shape need model=v2");
+                       p.slow != defaults.slow || p.persistent_corr != defaults.persistent_corr || p.slow_corr != defaults.slow_corr ||
+                       p.smooth != defaults.smooth || p.smooth_tokens != defaults.smooth_tokens ||
+                       p.head_spread != defaults.head_spread || !p.recency.empty())) {
+    throw ConfigError(where + ": persistent, persistent_corr, persistent_query, slow, slow_corr, smooth, "
+                      "smooth_tokens, head_spread and recency need model=v2");
   }
   return p;
 }

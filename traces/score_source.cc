@@ -137,7 +137,8 @@ void TraceScoreSource::Scores(const Request& request, int layer, std::int64_t re
       e.kind == ImportanceKind::kProcedural ? procedural_.get() : none_model_.get();
   KVTIER_CHECK(model != nullptr, "no importance model for this request");
   if (std::int64_t(e.token_keys.size()) < n) PrefixTokenKeys(request, &e.token_keys);
-  model->Scores(e.token_keys, e.query_key, layer, kv_heads, n, out->data());
+  model->Scores(e.token_keys, e.query_key, layer, kv_heads, n, out->data(),
+                request.prefix_tokens());
 }
 
 }  // namespace kvtier

@@ -45,9 +45,13 @@ void EncodeProcedural(const ProceduralParams& p, wire::ByteWriter* w) {
   // Version 2 appends `var model | var n | f64 field[n]` inside the length-prefixed block; a
   // version-1 block ends after `tail` (and is byte-identical to what older kvtier wrote).
   if (p.model != 1) {
-    const double fields[] = {p.persistent, p.persistent_query, p.head_spread, p.tail_shape};
+    std::vector<double> fields = {p.persistent, p.persistent_query, p.smooth,
+                                  double(p.smooth_tokens), p.head_spread,
+                                  p.slow, p.slow_corr, p.persistent_corr,
+                                  double(p.recency.size())};
+    fields.insert(fields.end(), p.recency.begin(), p.recency.end());
     w->Var(static_cast<std::uint64_t>(p.model));
-    w->Var(std::size(fields));
+    w->Var(fields.size());
     for (double v : fields) w->F64(v);
   }
 }
@@ -72,12 +76,21 @@ bool DecodeProcedural(wire::ByteReader* r, ProceduralParams* p) {
       return false;
     }
     p->model = static_cast<int>(model);
-    double* fields[] = {&p->persistent, &p->persistent_query, &p->head_spread, &p->tail_shape};
-    for (std::uint64_t i = 0; i < n; ++i) {
-      double v = 0;
-      r->F64(&v);
-      if (i < std::size(fields)) *fields[i] = v;
-    }
+    std::vector<double> f(n);
+    for (double& v : f) r->F64(&v);
+    if (n < 9) return false;
+    p->persistent = f[0];
+    p->persistent_query = f[1];
+    p->smooth = f[2];
+    if (!(f[3] >= 1 && f[3] <= 65536)) return false;
+    p->smooth_tokens = static_cast<int>(f[3]);
+    p->head_spread = f[4];
+    p->slow = f[5];
+    p->slow_corr = f[6];
+    p->persistent_corr = f[7];
+    const double m = f[8];
+    if (!(m >= 0 && m <= 16 && m == std::floor(m)) || 9 + std::size_t(m) > n) return false;
+    p->recency.assign(f.begin() + 9, f.begin() + 9 + std::ptrdiff_t(m));
   }
   return r->ok();
 }

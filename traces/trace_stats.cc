@@ -103,6 +103,12 @@ std::string FormatStructureTable(const StructureStats& s) {
   }
   o << "\n  layer-share dispersion   " << Num(s.dispersion, 2) << "x binomial (var f "
     << Num(s.f_mean_var, 4) << ")\n";
+  o << "  recency: mean f by distance from the prefix end ";
+  for (std::size_t b = 0; b < s.f_by_distance.size(); ++b) {
+    const long lo = (1L << (2 * b)) - 1, hi = (1L << (2 * b + 2)) - 2;
+    o << (b ? ", " : "") << lo << "-" << hi << " " << Num(s.f_by_distance[b], 3);
+  }
+  o << "\n";
   o << "  cross-query (" << s.pairs << " pairs on a shared prefix): Pearson of f "
     << Num(s.f_pearson, 3) << ", Jaccard of top-k by f " << Num(s.f_topk_jaccard, 3) << "\n";
   o << "  chunks touched per layer (" << s.history_requests
@@ -132,6 +138,7 @@ std::string FormatStructureJson(const StructureStats& s, const std::string& inde
     << in << "\"random_jaccard\": " << Num(s.random_jaccard) << ",\n"
     << in << "\"dispersion\": " << Num(s.dispersion) << ",\n"
     << in << "\"f_variance\": " << Num(s.f_mean_var, 6) << ",\n"
+    << in << "\"f_by_distance\": " << JsonArray(s.f_by_distance) << ",\n"
     << in << "\"cross_query\": {\"pairs\": " << s.pairs << ", \"f_pearson\": " << Num(s.f_pearson)
     << ", \"f_topk_jaccard\": " << Num(s.f_topk_jaccard) << "},\n"
     << in << "\"packing\": {\"history_requests\": " << s.history_requests << ", \"chunk_tokens\": [";
