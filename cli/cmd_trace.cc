@@ -13,6 +13,7 @@
 #include "traces/generator.h"
 #include "traces/importance_fit.h"
 #include "traces/mooncake.h"
+#include "traces/popularity.h"
 #include "traces/trace_io.h"
 #include "traces/trace_stats.h"
 
@@ -181,6 +182,11 @@ int RunGen(const Args& args) {
   Options o;
   o.Add<std::string>(nullptr, "out,o", &out, "output trace (required)");
   o.Add<std::string>(nullptr, "like", &like, "copy this trace's requests, with procedural importance from [importance] params");
+  std::string hit_experiment, hit_system;
+  double target_hit = -1;
+  o.Add<std::string>(nullptr, "hit-experiment", &hit_experiment, "experiment INI whose model, caches, chunk size, pre-warming and warm-up the GPU hit ratio is estimated for (prints it)");
+  o.Add<std::string>(nullptr, "hit-system", &hit_system, "system of --hit-experiment (default: its first system)");
+  o.Add<double>(nullptr, "target-gpu-hit", &target_hit, "few-shot: solve popularity_sd so the estimated GPU hit ratio is this (needs --hit-experiment)");
   o.Flag("quiet", &quiet, "print nothing on success");
   o.Add<std::string>("workload", "kind", &w.kind, "fewshot | rag");
   o.Add<std::int64_t>("workload", "requests", &w.requests, "number of requests (1000)");
@@ -224,6 +230,32 @@ int RunGen(const Args& args) {
   CheckModel(&m, std::find(args.begin(), args.end(), "--model-kv-heads") != args.end() || m.kv_heads != 40);
   CheckTargets(&t, tf);
   ValidateWorkload(w);
+  if (target_hit >= 0 && hit_experiment.empty()) throw InputError("--target-gpu-hit needs --hit-experiment");
+  if (!hit_experiment.empty()) {
+    Config base = Config::Load(hit_experiment, {});
+    if (hit_system.empty()) {
+      std::stringstream ss(base.GetString("experiment.systems"));
+      std::getline(ss, hit_system, ',');
+    }
+    if (hit_system.empty()) throw InputError(hit_experiment + ": no system; pass --hit-system");
+    const ExperimentOptions eo = BuildOptions(Config::Load(hit_experiment, {"--include.system=" + hit_system}));
+    if (!eo.system.reuse) throw InputError("--hit-system " + hit_system + ": reuses no KV");
+    if (target_hit >= 0) {
+      const PopularitySolution sol = SolvePopularitySd(w, eo, target_hit);
+      w.popularity_sd = sol.popularity_sd;
+      if (!quiet) {
+        std::printf("popularity_sd = %.6g: estimated GPU hit ratio %.4f (CPU %.4f) with %s's %s "
+                    "cache (%s) on %s\n", sol.popularity_sd, sol.achieved.gpu, sol.achieved.cpu,
+                    hit_system.c_str(), eo.system.cache_policy.c_str(),
+                    hit_experiment.c_str(), eo.model.name.c_str());
+      }
+    } else if (!quiet) {
+      const HitRatios h = EstimateHitRatios(w, eo);
+      std::printf("estimated GPU hit ratio %.4f (CPU %.4f, SSD %.4f) with %s's %s cache (%s)\n",
+                  h.gpu, h.cpu, h.ssd, hit_system.c_str(), eo.system.cache_policy.c_str(),
+                  hit_experiment.c_str());
+    }
+  }
   ProceduralParams params;
   CalibrationReport rep;
   if (t.importance == "procedural") {

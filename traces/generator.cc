@@ -240,6 +240,16 @@ GenerateSummary GenerateTrace(const std::string& path, const WorkloadParams& w,
                      {"arrival", w.arrival == "closed" ? "closed:" + std::to_string(w.clients)
                                                        : "poisson"}};
   TraceWriter writer(path, header);
+  GenerateRecords(w, procedural ? &params : nullptr,
+                  [&](const TraceRecord& rec) { writer.Write(rec); });
+  writer.Close();
+  return {writer.records_written(), writer.bytes_written()};
+}
+
+void GenerateRecords(const WorkloadParams& w, const ProceduralParams* params,
+                     const std::function<void(const TraceRecord&)>& sink) {
+  ValidateWorkload(w);
+  const bool procedural = params != nullptr;
 
   // Static content: task headers/examples (fewshot) or documents (rag), generated on the fly
   // from the seed; only lengths and prompt layouts are kept in memory.
@@ -308,12 +318,10 @@ GenerateSummary GenerateTrace(const std::string& path, const WorkloadParams& w,
     if (w.query_ids) AppendTokens(w.seed, 4, std::uint64_t(i), 0, q.query_tokens, w.vocab, &rec.query_ids);
     if (procedural) {
       rec.importance = ImportanceKind::kProcedural;
-      rec.query_key = DefaultQueryKey(params.seed, q.id);
+      rec.query_key = DefaultQueryKey(params->seed, q.id);
     }
-    writer.Write(rec);
+    sink(rec);
   }
-  writer.Close();
-  return {writer.records_written(), writer.bytes_written()};
 }
 
 }  // namespace kvtier

@@ -7,6 +7,7 @@
 // Keys of the INI sections [workload] / [importance] are documented in traces/FORMAT.md.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,11 @@ struct GenerateSummary {
 GenerateSummary GenerateTrace(const std::string& path, const WorkloadParams& workload,
                               const ModelDescriptor& model, const ImportanceTargets& targets,
                               const ProceduralParams& params);
+
+// The records GenerateTrace writes, in order, to `sink` (procedural importance from *params,
+// none when params is nullptr). Throws InputError for bad parameters.
+void GenerateRecords(const WorkloadParams& workload, const ProceduralParams* params,
+                     const std::function<void(const TraceRecord&)>& sink);
 
 // Validates workload parameters; throws InputError naming the key.
 void ValidateWorkload(const WorkloadParams& w);
