@@ -181,11 +181,13 @@ int RunGen(const Args& args) {
   std::uint64_t iseed = 1;
   Options o;
   o.Add<std::string>(nullptr, "out,o", &out, "output trace (required)");
-  o.Add<std::string>(nullptr, "like", &like, "copy this trace's requests, with procedural importance from [importance] params");
+  o.Add<std::string>(nullptr, "like", &like, "copy this trace's requests, with procedural importance from [importance] (params as is, else targets calibrated for its model)");
   std::string hit_experiment, hit_system;
   double target_hit = -1;
   o.Add<std::string>(nullptr, "hit-experiment", &hit_experiment, "experiment INI whose model, caches, chunk size, pre-warming and warm-up the GPU hit ratio is estimated for (prints it)");
   o.Add<std::string>(nullptr, "hit-system", &hit_system, "system of --hit-experiment (default: its first system)");
+  std::string hit_model;
+  o.Add<std::string>(nullptr, "hit-model", &hit_model, "model of --hit-experiment (default: its own)");
   o.Add<double>(nullptr, "target-gpu-hit", &target_hit, "few-shot: solve popularity_sd so the estimated GPU hit ratio is this (needs --hit-experiment)");
   o.Flag("quiet", &quiet, "print nothing on success");
   o.Add<std::string>("workload", "kind", &w.kind, "fewshot | rag");
@@ -221,8 +223,23 @@ int RunGen(const Args& args) {
   if (!Parse(&o, args, "usage: kvtier trace gen --out T [--config gen.ini] [options]", true)) return 0;
   if (out.empty()) throw InputError("--out is required");
   if (!like.empty()) {
-    if (t.params.empty()) throw InputError("--like needs an importance model: [importance] params (trace fit writes one)");
-    const ProceduralParams p = ProceduralParams::Parse(t.params, "importance.params");
+    CheckTargets(&t, tf);
+    ProceduralParams p;
+    if (!t.params.empty()) {
+      p = ProceduralParams::Parse(t.params, "importance.params");
+    } else {  // version 1: calibrate the targets for the trace's model and mean prefix
+      TraceReader r(like);
+      const ModelDescriptor lm = r.header().model;
+      TraceRecord rec;
+      double sum = 0, count = 0;
+      while (r.Next(&rec)) {
+        sum += double(rec.request.prefix_tokens());
+        ++count;
+      }
+      const std::int64_t tokens = t.calibration_tokens > 0 ? t.calibration_tokens
+                                  : std::max<std::int64_t>(64, std::llround(sum / std::max(1.0, count)));
+      p = Calibrate(t, lm.layers, lm.kv_heads, tokens, iseed);
+    }
     const std::int64_t n = GenerateLikeTrace(like, out, p);
     if (!quiet) std::printf("wrote %s: %lld records like %s\nimportance model: %s\n", out.c_str(), (long long)n, like.c_str(), p.ToString().c_str());
     return 0;
@@ -232,13 +249,16 @@ int RunGen(const Args& args) {
   ValidateWorkload(w);
   if (target_hit >= 0 && hit_experiment.empty()) throw InputError("--target-gpu-hit needs --hit-experiment");
   if (!hit_experiment.empty()) {
-    Config base = Config::Load(hit_experiment, {});
+    std::vector<std::string> hit_overrides;
+    if (!hit_model.empty()) hit_overrides.push_back("--include.model=" + hit_model);
+    Config base = Config::Load(hit_experiment, hit_overrides);
     if (hit_system.empty()) {
       std::stringstream ss(base.GetString("experiment.systems"));
       std::getline(ss, hit_system, ',');
     }
     if (hit_system.empty()) throw InputError(hit_experiment + ": no system; pass --hit-system");
-    const ExperimentOptions eo = BuildOptions(Config::Load(hit_experiment, {"--include.system=" + hit_system}));
+    hit_overrides.push_back("--include.system=" + hit_system);
+    const ExperimentOptions eo = BuildOptions(Config::Load(hit_experiment, hit_overrides));
     if (!eo.system.reuse) throw InputError("--hit-system " + hit_system + ": reuses no KV");
     if (target_hit >= 0) {
       const PopularitySolution sol = SolvePopularitySd(w, eo, target_hit);
