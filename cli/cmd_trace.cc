@@ -452,8 +452,9 @@ void PrintTraceUsage(std::FILE* f) {
                "  gen              generate a synthetic trace (few-shot or RAG, procedural importance)\n"
                "  record           record a real trace with the small LM (explicit importance)\n"
                "  import-mooncake  convert a Mooncake FAST'25 JSON-lines trace\n"
-               "  stats            lengths, ideal reuse ratio, head/layer similarity, SPI recall\n"
-               "  fit              estimate importance-model targets from a recorded trace\n"
+               "  stats            lengths, ideal reuse ratio, head/layer similarity, SPI recall,\n"
+               "                   layer/query/position structure, packing savings, ITF fallback\n"
+               "  fit              fit importance model v2 (--model v1: v1's targets) to a trace\n"
                "  info             header and first records; validates the whole file\n");
 }
 
