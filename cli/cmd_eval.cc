@@ -20,6 +20,7 @@
 
 #include "analysis/results_db.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "core/errors.h"
 #include "models/eval.h"
 
@@ -124,6 +125,7 @@ int RunEval(const Args& args) {
   std::string retentions = "0.5,0.25,0.1,0.05", alphas = "0,0.6,1,2", selectors = "itf,h2o,spi,random";
   EvalBuildOptions bo;
   EvalOptions eo;
+  bool quiet = false;
   po::options_description desc(
       "usage: kvtier eval --out R.sqlite [options]\n\n"
       "Few-shot multiple-choice accuracy (lm-eval acc: the choice with the largest sum of token\n"
@@ -146,7 +148,8 @@ int RunEval(const Args& args) {
       ("selectors", po::value(&selectors), "itf,h2o,spi,random")
       ("probe-heads", po::value(&eo.probe_heads), "ITF probe KV heads (2: SmolLM2 has 3 KV heads)")
       ("threads", po::value(&eo.threads), "configurations scored in parallel (2)")
-      ("seed", po::value(&bo.seed), "few-shot examples and random selection (1)");
+      ("seed", po::value(&bo.seed), "few-shot examples and random selection (1)")
+      ("quiet", po::bool_switch(&quiet), "no progress lines (rate and ETA on stderr)");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(desc).run(), vm);
@@ -228,20 +231,17 @@ int RunEval(const Args& args) {
       n += static_cast<int>(g.items.size());
       prefix += static_cast<std::int64_t>(g.prefix.size());
     }
-    std::fprintf(stderr, "[eval] %s: %d items on %zu prefixes (mean %.0f tokens), %zu configurations\n",
-                 task.name.c_str(), n, groups.size(), double(prefix) / groups.size(),
-                 EvalGrid(eo).size());
-    auto last = std::chrono::steady_clock::now();
-    const auto start = last;
-    eo.progress = [&](int done, int total) {
-      const auto now = std::chrono::steady_clock::now();
-      if (done != total && now - last < std::chrono::seconds(5)) return;
-      last = now;
-      const double s = std::chrono::duration<double>(now - start).count();
-      std::fprintf(stderr, "[eval] %s %d/%d items (%.0f s, eta %.0f s)\n", task.name.c_str(), done,
-                   total, s, s * (total - done) / done);
-    };
+    if (!quiet) {
+      std::fprintf(stderr, "[eval] %s: %d items on %zu prefixes (mean %.0f tokens), %zu configurations\n",
+                   task.name.c_str(), n, groups.size(), double(prefix) / groups.size(),
+                   EvalGrid(eo).size());
+    }
+    ProgressOptions po;
+    po.quiet = quiet;
+    Progress progress("eval " + task.name, "items", n, po);
+    eo.progress = [&](int done, int) { progress.Update(done); };
     const EvalSummary s = EvaluateGroups(*model, task.name, groups, eo);
+    progress.Finish();
     tokens += s.forward_tokens;
     WriteRows(&db, run_id, s.rows);
     all.insert(all.end(), s.rows.begin(), s.rows.end());

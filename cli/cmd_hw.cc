@@ -33,7 +33,8 @@ bool ParseSystemsArgs(const std::vector<std::string>& args, const char* command,
       "config", po::value(&out->config_path)->required(), "experiment INI file")(
       "systems", po::value(&systems_arg), "systems, comma-separated (default: "
                                            "experiment.systems, else include.system)")(
-      "out", po::value(&out->out)->required(), "results SQLite file (created or appended)");
+      "out", po::value(&out->out)->required(), "results SQLite file (created or appended)")(
+      "quiet", po::bool_switch(&out->quiet), "no progress lines (rate and ETA on stderr)");
   po::variables_map vm;
   try {
     const int style = po::command_line_style::default_style &
@@ -99,18 +100,21 @@ ChildFn HwChild(const std::string& out) {
 int RunHw(const Args& args) {
   SystemsArgs a;
   if (!ParseSystemsArgs(args, "hw",
-                        "kvtier hw --config X.ini --out R.sqlite [--systems a,b] "
+                        "kvtier hw --config X.ini --out R.sqlite [--systems a,b] [--quiet] "
                         "[--section.key=value ...]",
                         &a)) {
     return 0;
   }
-  std::fprintf(stderr, "kvtier hw: %zu system(s) on %s, trace %s -> %s\n", a.runs.size(),
-               a.runs.front().second.GetString("model.name").c_str(), a.trace.c_str(),
-               a.out.c_str());
+  if (!a.quiet) {
+    std::fprintf(stderr, "kvtier hw: %zu system(s) on %s, trace %s -> %s\n", a.runs.size(),
+                 a.runs.front().second.GetString("model.name").c_str(), a.trace.c_str(),
+                 a.out.c_str());
+  }
   int worst = 0;
   // One system at a time: measured runs never share the disk or the cores.
+  const ProgressOptions progress = a.progress();
   std::vector<long long> ids =
-      RunInChildren(a.runs, 1, a.progress_s, "hw", HwChild(a.out), &worst, nullptr);
+      RunInChildren(a.runs, 1, a.progress_s, "hw", HwChild(a.out), &worst, nullptr, &progress);
   PrintComparison(a.out, ids);
   return worst;
 }

@@ -3,7 +3,8 @@
 //   kvtier trace record --dataset rag --prompts 4 --queries 4 --docs 3 --out rag.kvt
 // Datasets: piqa and copa from the repository's data/ (--data-dir), rte and openbookqa from
 // --shared-data (default ../shared/data; never committed), rag from data/texts.
-// Progress goes to stderr; the recorder's throughput is printed at the end.
+// Progress (rate, ETA; cli/progress.h) goes to stderr unless --quiet; the recorder's throughput
+// is printed at the end.
 
 #include <chrono>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include <boost/program_options.hpp>
 
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "core/errors.h"
 #include "models/eval.h"
 #include "models/recorder.h"
@@ -47,21 +49,6 @@ namespace {
 
 namespace po = boost::program_options;
 
-// A progress line on stderr at most every 2 s (and at the end).
-struct Progress {
-  const char* what;
-  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-  std::chrono::steady_clock::time_point last = t0;
-  void operator()(int done, int total) {
-    const auto now = std::chrono::steady_clock::now();
-    if (done != total && now - last < std::chrono::seconds(2)) return;
-    last = now;
-    const double s = std::chrono::duration<double>(now - t0).count();
-    std::fprintf(stderr, "[%s] %d/%d (%.0f s, eta %.0f s)\n", what, done, total, s,
-                 done ? s * (total - done) / done : 0.0);
-  }
-};
-
 }  // namespace
 
 int RunTraceRecord(const Args& args) {
@@ -71,6 +58,7 @@ int RunTraceRecord(const Args& args) {
   RecordOptions ro;
   int prompts = 8, queries = 4, max_prefix = 2048;
   std::uint64_t seed = 1;
+  bool quiet = false;
   po::options_description desc(
       "usage: kvtier trace record --dataset piqa|copa|rte|openbookqa|rag --out T [options]\n\n"
       "Runs few-shot (dataset examples as the shared prefix, a question as the query) or RAG\n"
@@ -96,7 +84,8 @@ int RunTraceRecord(const Args& args) {
       ("bits", po::value(&ro.bits), "importance quantization, 8 or 16 (16)")
       ("decode-steps", po::value(&ro.decode_steps), "greedy decode steps with top-k positions (0)")
       ("decode-k", po::value(&ro.decode_k), "positions per decode step (16)")
-      ("output-tokens", po::value(&ro.output_tokens), "output_tokens of each request when not decoding (0)");
+      ("output-tokens", po::value(&ro.output_tokens), "output_tokens of each request when not decoding (0)")
+      ("quiet", po::bool_switch(&quiet), "no progress lines (rate and ETA on stderr)");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(desc).run(), vm);
@@ -126,8 +115,10 @@ int RunTraceRecord(const Args& args) {
   const auto t_load = std::chrono::steady_clock::now();
   const auto model = LlamaModel::Load(model_path);
   if (model->tokenizer() == nullptr) throw ModelFileError(model_path + ": no tokenizer metadata");
-  std::fprintf(stderr, "[record] model %s loaded in %.1f s\n", model_path.c_str(),
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count());
+  if (!quiet) {
+    std::fprintf(stderr, "[record] model %s loaded in %.1f s\n", model_path.c_str(),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count());
+  }
   std::vector<PromptGroup> groups;
   if (is_rag) {
     rag.prompts = prompts;
@@ -148,9 +139,14 @@ int RunTraceRecord(const Args& args) {
     ro.source = task.source;
   }
   ro.seed = seed;
-  Progress progress{"record"};
-  ro.progress = [&](int d, int t) { progress(d, t); };
+  ProgressOptions po;
+  po.quiet = quiet;
+  long long requests = 0;
+  for (const auto& g : groups) requests += static_cast<long long>(g.queries.size());
+  Progress progress("record", "requests", requests, po);
+  ro.progress = [&](int done, int) { progress.Update(done); };
   const RecordSummary s = RecordTrace(*model, groups, ro, out);
+  progress.Finish();
   std::int64_t prefix_total = 0;
   for (const auto& g : groups) prefix_total += static_cast<std::int64_t>(g.prefix.size());
   std::printf("wrote %s: %lld records, %llu bytes, %zu prefixes (mean %.0f tokens)\n", out.c_str(),

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <sstream>
 
 #include "analysis/results_db.h"
@@ -27,6 +28,7 @@
 #include "core/options.h"
 #include "core/units.h"
 #include "sim/simulate.h"
+#include "traces/trace_io.h"
 
 namespace kvtier::cli {
 
@@ -62,12 +64,32 @@ std::string ResolveTrace(const Config& config, const std::string& experiment_pat
 
 namespace {
 
-// One run in a child process: progress lines every `progress_s`, the summary, and the run id
-// back to the parent through `result_fd`. Returns the child's exit code.
+// One run in a child process: progress lines every `progress_s` (or a Progress with rate and
+// ETA when `rate_eta` is given), the summary, and the run id back to the parent through
+// `result_fd`. Returns the child's exit code.
 int RunChild(const ChildFn& child, const Config& config, const std::string& label,
-             const char* command, double progress_s, int result_fd) {
+             const char* command, double progress_s, const ProgressOptions* rate_eta,
+             int result_fd) {
   auto last = std::chrono::steady_clock::now();
+  std::unique_ptr<Progress> bar;  // created at the first call, when the total is known
   auto progress = [&](long long done, long long total, double t) {
+    if (rate_eta != nullptr) {
+      if (bar == nullptr) {
+        // A trace without a `requests` header entry: its end marker's count (run.max_requests
+        // caps it), so the line has an ETA.
+        if (total == 0) {
+          total = TraceRecordCountHint(config.GetString("workload.trace"));
+          const long long cap = config.GetInt("run.max_requests");
+          if (cap > 0 && (total == 0 || total > cap)) total = cap;
+        }
+        bar = std::make_unique<Progress>(std::string(command) + " " + label, "requests", total,
+                                         *rate_eta);
+      }
+      char at[48];
+      std::snprintf(at, sizeof at, "at %.2f s", t);
+      bar->Update(done, at);
+      return;
+    }
     auto now = std::chrono::steady_clock::now();
     if (std::chrono::duration<double>(now - last).count() < progress_s) return;
     last = now;
@@ -80,7 +102,10 @@ int RunChild(const ChildFn& child, const Config& config, const std::string& labe
   };
   try {
     const ChildRun r = child(config, progress);
-    std::fprintf(stderr, "  %-12s done: %s\n", label.c_str(), r.summary.c_str());
+    if (bar != nullptr) bar->Finish();
+    if (rate_eta == nullptr || !rate_eta->quiet) {
+      std::fprintf(stderr, "  %-12s done: %s\n", label.c_str(), r.summary.c_str());
+    }
     const std::string id = std::to_string(r.run_id) + "\n";
     if (write(result_fd, id.data(), id.size()) < 0) return 1;
     return 0;
@@ -120,7 +145,7 @@ ChildFn SimChild(const std::string& out) {
 std::vector<long long> RunInChildren(const std::vector<std::pair<std::string, Config>>& runs,
                                      int jobs, double progress_s, const char* command,
                                      const ChildFn& child, int* worst_exit,
-                                     const DoneFn& on_done) {
+                                     const DoneFn& on_done, const ProgressOptions* rate_eta) {
   std::vector<long long> run_ids;
   std::map<pid_t, int> children;  // pid -> read end of its result pipe
   std::map<pid_t, std::string> labels;
@@ -151,7 +176,7 @@ std::vector<long long> RunInChildren(const std::vector<std::pair<std::string, Co
       if (pid == 0) {
         close(fds[0]);
         int code = RunChild(child, runs[next].second, runs[next].first, command, progress_s,
-                            fds[1]);
+                            rate_eta, fds[1]);
         std::fflush(nullptr);
         _exit(code);
       }

@@ -2,12 +2,15 @@
 
 #include <boost/program_options.hpp>
 #include <cmath>
+#include <functional>
+#include <memory>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "core/config.h"
 #include "core/errors.h"
 #include "traces/generator.h"
@@ -129,9 +132,10 @@ void AddTargets(Options* o, ImportanceTargets* t, TargetFlags* f) {
 
 // The importance model of `t`: its `params` as given, else calibrated from its targets.
 ProceduralParams ModelOf(const ImportanceTargets& t, int layers, int kv_heads, std::int64_t tokens,
-                         std::uint64_t seed, CalibrationReport* rep) {
+                         std::uint64_t seed, CalibrationReport* rep,
+                         const std::function<void(int, int)>& progress = {}) {
   if (!t.params.empty()) return ProceduralParams::Parse(t.params, "importance.params");
-  return Calibrate(t, layers, kv_heads, tokens, seed, rep);
+  return Calibrate(t, layers, kv_heads, tokens, seed, rep, progress);
 }
 
 void CheckTargets(ImportanceTargets* t, const TargetFlags& f) {
@@ -189,7 +193,7 @@ int RunGen(const Args& args) {
   std::string hit_model;
   o.Add<std::string>(nullptr, "hit-model", &hit_model, "model of --hit-experiment (default: its own)");
   o.Add<double>(nullptr, "target-gpu-hit", &target_hit, "few-shot: solve popularity_sd so the estimated GPU hit ratio is this (needs --hit-experiment)");
-  o.Flag("quiet", &quiet, "print nothing on success");
+  o.Flag("quiet", &quiet, "print nothing on success (no progress lines either)");
   o.Add<std::string>("workload", "kind", &w.kind, "fewshot | rag");
   o.Add<std::int64_t>("workload", "requests", &w.requests, "number of requests (1000)");
   o.Add<std::uint64_t>("workload", "seed", &w.seed, "workload seed (1)");
@@ -278,14 +282,27 @@ int RunGen(const Args& args) {
   }
   ProceduralParams params;
   CalibrationReport rep;
+  ProgressOptions po;  // rate and ETA on stderr: calibration, then the records
+  po.quiet = quiet;
   if (t.importance == "procedural") {
     const std::int64_t tokens =
         t.calibration_tokens > 0
             ? t.calibration_tokens
             : std::clamp<std::int64_t>(std::llround(ExpectedPrefixTokens(w)), 512, 4096);
-    params = ModelOf(t, m.layers, m.kv_heads, tokens, iseed, &rep);
+    std::unique_ptr<Progress> calibrating;  // only when the targets are calibrated
+    params = ModelOf(t, m.layers, m.kv_heads, tokens, iseed, &rep, [&](int done, int total) {
+      if (calibrating == nullptr) {
+        calibrating = std::make_unique<Progress>("trace gen: calibrate importance",
+                                                 "measurements", total, po);
+      }
+      calibrating->Update(done);
+    });
+    if (calibrating != nullptr) calibrating->Finish();
   }
-  const GenerateSummary s = GenerateTrace(out, w, m, t, params);
+  Progress writing("trace gen", "records", w.requests, po);
+  const GenerateSummary s = GenerateTrace(
+      out, w, m, t, params, [&](std::int64_t done, std::int64_t) { writing.Update(done); });
+  writing.Finish();
   if (!quiet) {
     std::printf("wrote %s: %lld records, %llu bytes\n", out.c_str(), (long long)s.records,
                 (unsigned long long)s.bytes);

@@ -44,18 +44,22 @@ double Pct(std::vector<double> v, double p) {
 int RunValidate(const Args& args) {
   SystemsArgs a;
   if (!ParseSystemsArgs(args, "validate",
-                        "kvtier validate --config X.ini --out R.sqlite [--systems a,b] "
+                        "kvtier validate --config X.ini --out R.sqlite [--systems a,b] [--quiet] "
                         "[--section.key=value ...]",
                         &a)) {
     return 0;
   }
-  std::fprintf(stderr, "kvtier validate: %zu system(s), hardware profile '%s', trace %s -> %s\n",
-               a.runs.size(), a.runs.front().second.GetString("hardware.name").c_str(),
-               a.trace.c_str(), a.out.c_str());
+  if (!a.quiet) {
+    std::fprintf(stderr, "kvtier validate: %zu system(s), hardware profile '%s', trace %s -> %s\n",
+                 a.runs.size(), a.runs.front().second.GetString("hardware.name").c_str(),
+                 a.trace.c_str(), a.out.c_str());
+    std::fprintf(stderr, "hw:\n");
+  }
   int worst_hw = 0, worst_sim = 0;
-  std::fprintf(stderr, "hw:\n");
-  const std::vector<long long> hw_ids =
-      RunInChildren(a.runs, 1, a.progress_s, "hw", HwChild(a.out), &worst_hw, nullptr);
+  const ProgressOptions progress = a.progress();
+  const std::vector<long long> hw_ids = RunInChildren(a.runs, 1, a.progress_s, "hw",
+                                                      HwChild(a.out), &worst_hw, nullptr,
+                                                      &progress);
   if (worst_hw != 0) {
     // A failed hardware run measured nothing trustworthy: there is nothing to validate against.
     std::fprintf(stderr, "kvtier validate: %zu of %zu hw run(s) did not complete; nothing is "
@@ -63,9 +67,10 @@ int RunValidate(const Args& args) {
                  a.runs.size() - hw_ids.size(), a.runs.size(), a.out.c_str());
     return worst_hw;
   }
-  std::fprintf(stderr, "sim:\n");
-  const std::vector<long long> sim_ids =
-      RunInChildren(a.runs, 1, a.progress_s, "sim", SimChild(a.out), &worst_sim, nullptr);
+  if (!a.quiet) std::fprintf(stderr, "sim:\n");
+  const std::vector<long long> sim_ids = RunInChildren(a.runs, 1, a.progress_s, "sim",
+                                                       SimChild(a.out), &worst_sim, nullptr,
+                                                       &progress);
   std::vector<long long> all = hw_ids;
   all.insert(all.end(), sim_ids.begin(), sim_ids.end());
   PrintComparison(a.out, all);

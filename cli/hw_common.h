@@ -10,7 +10,7 @@
 
 namespace kvtier::cli {
 
-// Parses `--config X.ini [--systems a,b] --out R.sqlite [--key=value ...]` (plus the extra
+// Parses `--config X.ini [--systems a,b] --out R.sqlite [--quiet] [--key=value ...]` (plus the extra
 // options `extra` names, returned in *values) into one validated Config per system, like
 // `kvtier sim`. Returns false when --help was printed.
 struct SystemsArgs {
@@ -20,6 +20,14 @@ struct SystemsArgs {
   std::vector<std::string> overrides;
   std::vector<std::pair<std::string, Config>> runs;
   double progress_s = 2;
+  bool quiet = false;  // --quiet: no progress lines
+  // The Progress options of the runs: log.progress between lines when not on a terminal.
+  ProgressOptions progress() const {
+    ProgressOptions o;
+    o.interval_s = progress_s;
+    o.quiet = quiet;
+    return o;
+  }
 };
 bool ParseSystemsArgs(const std::vector<std::string>& args, const char* command,
                       const char* usage, SystemsArgs* out);

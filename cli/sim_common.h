@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli/progress.h"
 #include "core/config.h"
 
 namespace kvtier::cli {
@@ -28,12 +29,15 @@ using ChildFn = std::function<ChildRun(const Config&, const ProgressFn&)>;
 
 // Runs each (label, config) in its own child process (SimGrid's engine is one per process;
 // hardware runs must not share the machine), at most `jobs` at once, printing progress every
-// `progress_s` and errors prefixed by `kvtier <command>`. Returns the run ids of the runs that
-// finished; *worst_exit receives the largest child exit code.
+// `progress_s` and errors prefixed by `kvtier <command>`. With `rate_eta` (hw, validate) a
+// run's progress is a Progress line (cli/progress.h: rate, ETA, one updating line on a
+// terminal, --quiet) instead, for one child at a time (jobs = 1). Returns the run ids of the
+// runs that finished; *worst_exit receives the largest child exit code.
 std::vector<long long> RunInChildren(const std::vector<std::pair<std::string, Config>>& runs,
                                      int jobs, double progress_s, const char* command,
                                      const ChildFn& child, int* worst_exit,
-                                     const DoneFn& on_done);
+                                     const DoneFn& on_done,
+                                     const ProgressOptions* rate_eta = nullptr);
 // The simulator as a ChildFn: RunSimulation on the config's resolved workload.trace into `out`.
 ChildFn SimChild(const std::string& out);
 void PrintComparison(const std::string& out, const std::vector<long long>& run_ids);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numbers>
 
 #include "core/errors.h"
@@ -144,7 +145,20 @@ double ExpectedPrefixTokens(const WorkloadParams& w) {
 }
 
 ProceduralParams Calibrate(const ImportanceTargets& targets, int layers, int kv_heads,
-                           std::int64_t tokens, std::uint64_t seed, CalibrationReport* achieved) {
+                           std::int64_t tokens, std::uint64_t seed, CalibrationReport* achieved,
+                           const std::function<void(int, int)>& progress) {
+  // Every statistic below is one Measure call; count them for `progress`.
+  constexpr int kGrid = 48;         // head-correlation grid points - 1 (step 1)
+  constexpr int kBisectSteps = 16;  // Bisect's default iterations
+  const int total_measures = (kGrid + 1) + (layers >= 2 ? 2 * kBisectSteps : 0) + 2 + kBisectSteps +
+                             (achieved != nullptr ? 1 : 0);
+  int measured = 0;
+  auto measure = [&](const ProceduralParams& q, int l, int h, std::int64_t n, double r,
+                     int queries, std::uint64_t s) {
+    ImportanceStats stats = Measure(q, l, h, n, r, queries, s);
+    if (progress) progress(++measured, total_measures);
+    return stats;
+  };
   ProceduralParams p;
   p.seed = seed;
   p.sink_tokens = targets.sink_tokens;
@@ -155,7 +169,6 @@ ProceduralParams Calibrate(const ImportanceTargets& targets, int layers, int kv_
   const double r = targets.retention;
   // 1. Head correlation: J(w) on a one-layer model (head similarity depends on w alone), on a
   //    grid, made monotone, inverted per layer.
-  constexpr int kGrid = 48;
   std::vector<double> grid_w(kGrid + 1), grid_j(kGrid + 1);
   for (int i = 0; i <= kGrid; ++i) {
     // Denser near 1, where Jaccard changes fastest.
@@ -163,7 +176,7 @@ ProceduralParams Calibrate(const ImportanceTargets& targets, int layers, int kv_
     grid_w[i] = 1 - (1 - x) * (1 - x);
     ProceduralParams q = p;
     q.head_corr = {grid_w[i]};
-    grid_j[i] = Measure(q, 1, kv_heads, tokens, r, 1, seed + 17 * i).MeanHeadJaccard(0);
+    grid_j[i] = measure(q, 1, kv_heads, tokens, r, 1, seed + 17 * i).MeanHeadJaccard(0);
     if (i > 0) grid_j[i] = std::max(grid_j[i], grid_j[i - 1]);
   }
   p.head_corr.resize(layers);
@@ -189,13 +202,13 @@ ProceduralParams Calibrate(const ImportanceTargets& targets, int layers, int kv_
         [&](double rho) {
           ProceduralParams q = p;
           q.layer_corr = rho;
-          return Measure(q, layers, kv_heads, tokens, r, 1, seed + 1001).MeanLayerJaccard(0);
+          return measure(q, layers, kv_heads, tokens, r, 1, seed + 1001).MeanLayerJaccard(0);
         },
         targets.layer_jaccard, 0, 1, true);
   };
   fit_rho();
   for (int pass = 0; pass < 2; ++pass) {
-    const ImportanceStats s = Measure(p, layers, kv_heads, tokens, r, 2, seed + 4004 + pass);
+    const ImportanceStats s = measure(p, layers, kv_heads, tokens, r, 2, seed + 4004 + pass);
     for (int l = 0; l < layers; ++l) {
       const double target = Interpolate(targets.head_jaccard, l, layers);
       const double w = p.head_corr[l];
@@ -211,11 +224,11 @@ ProceduralParams Calibrate(const ImportanceTargets& targets, int layers, int kv_
       [&](double g) {
         ProceduralParams q = p;
         q.query_dependence = g;
-        return Measure(q, std::min(layers, 8), kv_heads, tokens, r, 2, seed + 2002).MeanRecall(0);
+        return measure(q, std::min(layers, 8), kv_heads, tokens, r, 2, seed + 2002).MeanRecall(0);
       },
       targets.spi_recall, 0, 1, false);
   if (achieved) {
-    const ImportanceStats s = Measure(p, layers, kv_heads, tokens, r, 2, seed + 3003);
+    const ImportanceStats s = measure(p, layers, kv_heads, tokens, r, 2, seed + 3003);
     achieved->head_jaccard = s.head_jaccard[0];
     achieved->layer_jaccard = s.MeanLayerJaccard(0);
     achieved->spi_recall = s.MeanRecall(0);
@@ -225,7 +238,8 @@ ProceduralParams Calibrate(const ImportanceTargets& targets, int layers, int kv_
 
 GenerateSummary GenerateTrace(const std::string& path, const WorkloadParams& w,
                               const ModelDescriptor& model, const ImportanceTargets& targets,
-                              const ProceduralParams& params) {
+                              const ProceduralParams& params,
+                              const std::function<void(std::int64_t, std::int64_t)>& progress) {
   ValidateWorkload(w);
   const bool procedural = targets.importance == "procedural";
   if (!procedural && targets.importance != "none") {
@@ -240,8 +254,10 @@ GenerateSummary GenerateTrace(const std::string& path, const WorkloadParams& w,
                      {"arrival", w.arrival == "closed" ? "closed:" + std::to_string(w.clients)
                                                        : "poisson"}};
   TraceWriter writer(path, header);
-  GenerateRecords(w, procedural ? &params : nullptr,
-                  [&](const TraceRecord& rec) { writer.Write(rec); });
+  GenerateRecords(w, procedural ? &params : nullptr, [&](const TraceRecord& rec) {
+    writer.Write(rec);
+    if (progress) progress(writer.records_written(), w.requests);
+  });
   writer.Close();
   return {writer.records_written(), writer.bytes_written()};
 }

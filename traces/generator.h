@@ -66,6 +66,7 @@ struct ImportanceTargets {
 // Finds ProceduralParams whose measured statistics (traces/importance_stats.h) match `targets`
 // for a model of `layers` x `kv_heads` at `tokens` reusable tokens. Deterministic.
 // `achieved` (optional) receives the statistics measured on the calibration sample.
+// `progress` (optional) is called after each of the statistics measured, with (done, total).
 struct CalibrationReport {
   std::vector<double> head_jaccard;  // per layer, at targets.retention
   double layer_jaccard = 0;
@@ -73,20 +74,23 @@ struct CalibrationReport {
 };
 ProceduralParams Calibrate(const ImportanceTargets& targets, int layers, int kv_heads,
                            std::int64_t tokens, std::uint64_t seed,
-                           CalibrationReport* achieved = nullptr);
+                           CalibrationReport* achieved = nullptr,
+                           const std::function<void(int, int)>& progress = {});
 
 // Mean prefix length the workload produces (for calibration).
 double ExpectedPrefixTokens(const WorkloadParams& w);
 
 // Writes a trace to `path`. `params` is the calibrated importance model (ignored when
-// targets.importance == "none"). Throws InputError for bad parameters.
+// targets.importance == "none"). `progress` (optional) is called after each record with
+// (records written, records in total). Throws InputError for bad parameters.
 struct GenerateSummary {
   std::int64_t records = 0;
   std::uint64_t bytes = 0;
 };
 GenerateSummary GenerateTrace(const std::string& path, const WorkloadParams& workload,
                               const ModelDescriptor& model, const ImportanceTargets& targets,
-                              const ProceduralParams& params);
+                              const ProceduralParams& params,
+                              const std::function<void(std::int64_t, std::int64_t)>& progress = {});
 
 // The records GenerateTrace writes, in order, to `sink` (procedural importance from *params,
 // none when params is nullptr). Throws InputError for bad parameters.

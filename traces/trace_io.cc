@@ -549,4 +549,20 @@ void TraceReader::DecodeRecord(TraceRecord* rec) {
   if (r.remaining() != 0) Fail("trailing bytes in record");
 }
 
+std::int64_t TraceRecordCountHint(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return 0;
+  unsigned char tail[16];
+  const bool ok = std::fseek(f, -16, SEEK_END) == 0 && std::fread(tail, 1, 16, f) == 16;
+  std::fclose(f);
+  // end = u32 0 | u64 record_count | "KEND" (little-endian).
+  if (!ok || tail[0] != 0 || tail[1] != 0 || tail[2] != 0 || tail[3] != 0 ||
+      std::memcmp(tail + 12, kEndTag, 4) != 0) {
+    return 0;
+  }
+  std::uint64_t count = 0;
+  for (int i = 7; i >= 0; --i) count = (count << 8) | tail[4 + i];
+  return count > std::uint64_t(INT64_MAX) ? 0 : static_cast<std::int64_t>(count);
+}
+
 }  // namespace kvtier

@@ -86,4 +86,9 @@ class TraceReader {
 // 40"). Shared by writer and reader.
 std::string CheckRecord(const TraceHeader& header, const TraceRecord& record);
 
+// The record count the end marker of `path` states, read from the file's last 16 bytes without
+// reading the records; 0 if the file cannot be read or does not end with an end marker. A hint
+// for progress totals only: TraceReader checks the count when it reaches the end.
+std::int64_t TraceRecordCountHint(const std::string& path);
+
 }  // namespace kvtier

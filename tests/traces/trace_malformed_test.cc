@@ -139,6 +139,19 @@ TEST(TraceMalformed, TruncatedAnywhereIsAnErrorNamingTheRecord) {
   ExpectBad(cut, "record 3", "end marker is missing");
 }
 
+// The progress hint reads the end marker's count; a cut or missing file gives 0, never a throw.
+TEST(TraceMalformed, RecordCountHintReadsTheEndMarkerOnly) {
+  const std::string path = MakeTrace("hint.kvt");
+  EXPECT_EQ(TraceRecordCountHint(path), 3);
+  const Bytes8 b = ReadAll(path);
+  const std::string cut = TempPath("hint_cut.kvt");
+  for (std::size_t n : {std::size_t(0), std::size_t(10), b.size() - 16, b.size() - 1}) {
+    WriteAll(cut, Bytes8(b.begin(), b.begin() + std::ptrdiff_t(n)));
+    EXPECT_EQ(TraceRecordCountHint(cut), 0) << n;
+  }
+  EXPECT_EQ(TraceRecordCountHint(TempPath("no_such_trace.kvt")), 0);
+}
+
 TEST(TraceMalformed, WrongMagic) {
   const std::string path = MakeTrace("magic.kvt");
   Bytes8 b = ReadAll(path);
