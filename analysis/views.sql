@@ -156,3 +156,127 @@ JOIN run_selection k ON k.model = e.model AND k.selector = a.selector
  AND (a.selector = 'full' OR abs(k.retention - a.retention) < 1e-9)
  AND (a.selector <> 'itf' OR abs(k.alpha - a.alpha) < 1e-9)
 JOIN run_summary s ON s.run_id = k.run_id;
+
+-- Exposed I/O split by what the GPU waited on (SPEC Fig. 17), per run and (tier, purpose):
+-- mean seconds per measured request. A layer's stall (layers.stall_s: time in its window, from
+-- the previous layer's end to its own end, not spent on its GPU work) is shared among the
+-- transfers of the same request and layer in proportion to the time each was outstanding
+-- (submit_s to end_s) within that window, capped so the shares sum to at most the stall. What
+-- remains of the request's io_stall_s (stalls no transfer of the layer covers, waits outside the
+-- layers, Cake's and stores' transfers, runs with log.transfers = false) is the row with tier
+-- 'none' and purpose 'unattributed', so a run's rows sum to run_summary.mean_io_stall_s (up to
+-- rounding; the remainder is clamped at 0). An
+-- attribution by overlap, not a measurement of the critical transfer. tier = transfers.src.
+CREATE VIEW IF NOT EXISTS exposed_io AS
+WITH w AS (
+  SELECT l.run_id, l.request_id, l.layer, l.end_s, l.stall_s,
+         COALESCE(LAG(l.end_s) OVER (PARTITION BY l.run_id, l.request_id ORDER BY l.layer),
+                  m.start_s) AS window_start_s
+  FROM layers l JOIN measured_requests m USING (run_id, request_id)),
+o AS (
+  SELECT w.run_id, w.request_id, w.layer, w.stall_s, t.src, t.purpose,
+         MAX(0.0, MIN(t.end_s, w.end_s) - MAX(t.submit_s, w.window_start_s)) AS overlap_s
+  FROM w JOIN transfers t ON t.run_id = w.run_id AND t.request_id = w.request_id
+                         AND t.layer = w.layer
+  WHERE w.stall_s > 0),
+a AS (
+  SELECT run_id, src, purpose,
+         overlap_s * MIN(1.0, stall_s / SUM(overlap_s) OVER (
+             PARTITION BY run_id, request_id, layer)) AS exposed_s
+  FROM o WHERE overlap_s > 0),
+parts AS (
+  SELECT run_id, src AS tier, purpose, SUM(exposed_s) AS exposed_s FROM a
+  GROUP BY run_id, src, purpose),
+totals AS (
+  SELECT run_id, COUNT(*) AS requests, SUM(io_stall_s) AS io_stall_s FROM measured_requests
+  GROUP BY run_id)
+SELECT p.run_id, r.system, p.tier, p.purpose, p.exposed_s / t.requests AS mean_exposed_s
+FROM parts p JOIN totals t USING (run_id) JOIN runs r USING (run_id)
+UNION ALL
+SELECT t.run_id, r.system, 'none', 'unattributed',
+       MAX(0.0, t.io_stall_s - COALESCE((SELECT SUM(p.exposed_s) FROM parts p
+                                         WHERE p.run_id = t.run_id), 0)) / t.requests
+FROM totals t JOIN runs r USING (run_id);
+
+-- The resolved configuration of every run, one row per `key = value` line of runs.config.
+CREATE VIEW IF NOT EXISTS run_config AS
+WITH RECURSIVE lines(run_id, line, rest) AS (
+  SELECT run_id, '', config || char(10) FROM runs
+  UNION ALL
+  SELECT run_id, substr(rest, 1, instr(rest, char(10)) - 1),
+         substr(rest, instr(rest, char(10)) + 1)
+  FROM lines WHERE rest <> '')
+SELECT run_id, trim(substr(line, 1, instr(line, ' = ') - 1)) AS key,
+       substr(line, instr(line, ' = ') + 3) AS value
+FROM lines WHERE instr(line, ' = ') > 0;
+
+-- Swept keys (SPEC Figs. 22-23, Cake Fig. 5): for complete sim/hw runs of the same experiment,
+-- mode and system, the configuration keys whose values differ between the runs (what `kvtier
+-- sweep --set` varies, or overrides and traces of separate `kvtier sim` runs). log.* keys and
+-- experiment.description are bookkeeping, never swept. Keys that vary together (an
+-- include.model and the model.* keys it sets) are one sweep: of keys that split a group's runs
+-- the same way only the first is kept, include.* before the others, then by name.
+-- value_num is the value as a number in base units (bytes, bytes/s, seconds, FLOP/s; the
+-- units of core/units.h), NULL when it is not a number (a trace path, true/false, a name).
+CREATE VIEW IF NOT EXISTS swept_keys AS
+WITH c AS (
+  SELECT r.run_id, r.experiment, r.mode, r.system, k.key, k.value
+  FROM runs r JOIN run_config k USING (run_id)
+  WHERE r.complete = 1 AND r.mode IN ('sim', 'hw') AND k.key NOT LIKE 'log.%'
+    AND k.key <> 'experiment.description'),
+varying AS (
+  SELECT experiment, mode, system, key FROM c GROUP BY experiment, mode, system, key
+  HAVING COUNT(DISTINCT value) > 1),
+v AS (  -- first_run: the first run of the group with this run's value of the key
+  SELECT c.*, MIN(c.run_id) OVER (PARTITION BY c.experiment, c.mode, c.system, c.key, c.value)
+           AS first_run,
+         (CASE WHEN c.key LIKE 'include.%' THEN '0' ELSE '1' END) || c.key AS priority
+  FROM c JOIN varying USING (experiment, mode, system, key)),
+same AS (  -- keys a and b that split the group's runs alike, b before a
+  SELECT a.experiment, a.mode, a.system, a.key
+  FROM v a JOIN v b ON b.experiment = a.experiment AND b.mode = a.mode
+                   AND b.system = a.system AND b.run_id = a.run_id AND b.priority < a.priority
+  GROUP BY a.experiment, a.mode, a.system, a.key, b.key
+  HAVING SUM(a.first_run <> b.first_run) = 0)
+SELECT v.run_id, v.experiment, v.mode, v.system, v.key, v.value,
+       CASE WHEN v.value GLOB '[0-9]*' OR v.value GLOB '.[0-9]*' THEN
+         CAST(v.value AS REAL) * (CASE ltrim(v.value, '0123456789.eE+-')
+           WHEN '' THEN 1 WHEN 'B' THEN 1 WHEN 'K' THEN 1024 WHEN 'M' THEN 1048576
+           WHEN 'G' THEN 1073741824 WHEN 'T' THEN 1099511627776.0
+           WHEN 'KiB' THEN 1024 WHEN 'MiB' THEN 1048576 WHEN 'GiB' THEN 1073741824
+           WHEN 'TiB' THEN 1099511627776.0 WHEN 'kB' THEN 1e3 WHEN 'KB' THEN 1e3
+           WHEN 'MB' THEN 1e6 WHEN 'GB' THEN 1e9 WHEN 'TB' THEN 1e12
+           WHEN 'B/s' THEN 1 WHEN 'KB/s' THEN 1e3 WHEN 'MB/s' THEN 1e6 WHEN 'GB/s' THEN 1e9
+           WHEN 'TB/s' THEN 1e12 WHEN 'KiB/s' THEN 1024 WHEN 'MiB/s' THEN 1048576
+           WHEN 'GiB/s' THEN 1073741824 WHEN 'TiB/s' THEN 1099511627776.0
+           WHEN 'Bps' THEN 1 WHEN 'KBps' THEN 1e3 WHEN 'MBps' THEN 1e6 WHEN 'GBps' THEN 1e9
+           WHEN 'bps' THEN 0.125 WHEN 'Kbps' THEN 125 WHEN 'Mbps' THEN 125000
+           WHEN 'Gbps' THEN 125000000 WHEN 'Tbps' THEN 125000000000.0
+           WHEN 's' THEN 1 WHEN 'ms' THEN 1e-3 WHEN 'us' THEN 1e-6 WHEN 'ns' THEN 1e-9
+           WHEN 'min' THEN 60 WHEN 'h' THEN 3600
+           WHEN 'FLOP/s' THEN 1 WHEN 'GFLOP/s' THEN 1e9 WHEN 'TFLOP/s' THEN 1e12
+           WHEN 'PFLOP/s' THEN 1e15 WHEN 'GFLOPS' THEN 1e9 WHEN 'TFLOPS' THEN 1e12
+           WHEN 'PFLOPS' THEN 1e15 WHEN 'Gf' THEN 1e9 WHEN 'Tf' THEN 1e12 WHEN 'Pf' THEN 1e15
+           END)
+       END AS value_num
+FROM v
+WHERE NOT EXISTS (SELECT 1 FROM same s WHERE s.experiment = v.experiment AND s.mode = v.mode
+                    AND s.system = v.system AND s.key = v.key);
+
+-- Cake's split of each reused prefix (its cake_meet decisions, `computed C loaded L of M`
+-- chunks) over the measured requests of a run: chunks the GPU computed front to back and
+-- chunks loaded back to front before the two met.
+CREATE VIEW IF NOT EXISTS cake_split AS
+SELECT d.run_id, r.system, COUNT(*) AS requests,
+       SUM(CAST(substr(d.detail, 10) AS INTEGER)) AS computed_chunks,
+       SUM(CAST(substr(d.detail, instr(d.detail, ' loaded ') + 8) AS INTEGER)) AS loaded_chunks,
+       SUM(CAST(substr(d.detail, instr(d.detail, ' of ') + 4) AS INTEGER)) AS prefix_chunks,
+       1.0 * SUM(CAST(substr(d.detail, 10) AS INTEGER)) /
+           NULLIF(SUM(CAST(substr(d.detail, instr(d.detail, ' of ') + 4) AS INTEGER)), 0)
+           AS computed_fraction,
+       1.0 * SUM(CAST(substr(d.detail, instr(d.detail, ' loaded ') + 8) AS INTEGER)) /
+           NULLIF(SUM(CAST(substr(d.detail, instr(d.detail, ' of ') + 4) AS INTEGER)), 0)
+           AS loaded_fraction
+FROM decisions d JOIN measured_requests m USING (run_id, request_id) JOIN runs r USING (run_id)
+WHERE d.kind = 'cake_meet' AND d.detail LIKE 'computed % loaded % of %'
+GROUP BY d.run_id;
