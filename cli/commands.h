@@ -40,6 +40,7 @@ int RunCalibrate(const Args& args); // cli/cmd_calibrate.cc
 int RunValidate(const Args& args);  // cli/cmd_validate.cc
 int RunTraceRecord(const Args& args);  // cli/cmd_record.cc (`kvtier trace record`)
 int RunEval(const Args& args);         // cli/cmd_eval.cc
+int RunReport(const Args& args);       // cli/cmd_report.cc (runs analysis/report.py)
 // Defaults shared by record and eval (cli/cmd_record.cc): the GGUF file, the repository's data/,
 // and the directory of datasets that may not be committed (RTE, OpenBookQA).
 std::string DefaultModelPath();

@@ -22,6 +22,7 @@ const std::vector<Command>& AllCommands() {
       {"calibrate", "measure this machine and write a hardware profile for the simulator", RunCalibrate},
       {"validate", "run sim and hw on the same trace; report the simulator's TTFT error", RunValidate},
       {"eval", "accuracy of each KV selector on few-shot tasks with the real small LM", RunEval},
+      {"report", "figures (PNG, SVG, CSV) and an index.html from a results database", RunReport},
   };
   return kCommands;
 }
