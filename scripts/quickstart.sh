@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sets up kvtier (scripts/setup.sh), generates the quickstart workload (few-shot prompts sharing
 # prefixes, OPT-13B-shaped importance with the SPEC paper's head/layer similarity), and compares
-# every system on the paper's hardware (A100 + PCIe 4.0 + 5 GB/s NVMe). Prints a table and
-# writes results/quickstart.sqlite. About a minute on 2 cores after the build.
+# every system on the paper's hardware (A100 + PCIe 4.0 + 5 GB/s NVMe). Prints a table, writes
+# results/quickstart.sqlite and its report (kvtier report: figures and
+# results/quickstart-report/index.html). About a minute on 2 cores after the build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -17,3 +18,6 @@ fi
 rm -f results/quickstart.sqlite results/quickstart.sqlite-wal results/quickstart.sqlite-shm
 "$kvtier" sim --config configs/experiments/quickstart.ini --workload.trace="$trace" \
   --out results/quickstart.sqlite --jobs "${KVTIER_JOBS:-$(nproc)}"
+rm -rf results/quickstart-report
+"$kvtier" report results/quickstart.sqlite --out results/quickstart-report --quiet
+echo "report: $(pwd)/results/quickstart-report/index.html"

@@ -4,6 +4,7 @@
 # ./build. Idempotent: installed packages, a verified model and an up-to-date build are kept.
 #
 # Environment: KVTIER_BUILD_DIR (default build), KVTIER_JOBS (default: nproc),
+#              KVTIER_TEST_PACKAGES=1 to add the packages only tests use (scripts/test.sh),
 #              KVTIER_SKIP_APT=1 to skip package installation, KVTIER_SKIP_MODEL=1 to skip
 #              the model download (real-model tests then skip).
 set -euo pipefail
@@ -13,7 +14,10 @@ build_dir="${KVTIER_BUILD_DIR:-build}"
 jobs="${KVTIER_JOBS:-$(nproc)}"
 packages=(build-essential cmake pkg-config git
           libsimgrid-dev libeigen3-dev libboost-program-options-dev libsqlite3-dev liburing-dev
-          zlib1g-dev libgtest-dev googletest sqlite3 fio python3 python3-pip)
+          zlib1g-dev libgtest-dev googletest sqlite3 fio python3 python3-pip python3-matplotlib)
+# Only the tests use these (scripts/test.sh sets KVTIER_TEST_PACKAGES=1): html5lib parses the
+# report's index.html, chromium renders it headless (~300 MB, about a minute to install).
+if [[ "${KVTIER_TEST_PACKAGES:-0}" == 1 ]]; then packages+=(python3-html5lib chromium); fi
 
 if [[ "${KVTIER_SKIP_APT:-0}" != 1 ]]; then
   missing=()
