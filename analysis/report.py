@@ -874,7 +874,11 @@ def report(args):
     for t in TABLES:
         if any(n not in have for n in t["needs"]):
             continue
-        columns, rows = query(db, figure_sql(t["sql"], ids))
+        try:
+            columns, rows = query(db, figure_sql(t["sql"], ids))
+        except sqlite3.Error as err:  # a file from another kvtier version: say so, go on
+            notes.append(f"table {t['title']}: query failed: {err}")
+            continue
         if rows:
             write_csv(os.path.join(args.out, t["id"] + ".csv"), columns, rows)
             tables.append((t, columns, rows))
