@@ -175,8 +175,8 @@ int RunReport(const Args& args) {
     std::ostringstream s;
     s << desc;
     std::printf("usage: kvtier report R.sqlite --out DIR [--runs 1,3-5] [--quiet]\n\n"
-                "Figures (PNG, SVG, the CSV of the plotted data, the SQL) and DIR/index.html from "
-                "the complete runs of a results database.\n%s", s.str().c_str());
+                "Figures (PNG, SVG, the CSV of the plotted data, the SQL) and DIR/index.html\n"
+                "from the complete runs of a results database.\n\n%s", s.str().c_str());
     return 0;
   }
   if (db.empty()) throw InputError("command line: no database given (kvtier report R.sqlite --out DIR)");
