@@ -404,12 +404,16 @@ class Run:
     wall_s: object
     complete: int
     status: str
+    error: object       # runs.error: what stopped a failed run (NULL otherwise)
     excluded: str = ""  # why it is not plotted ("" = plotted)
 
 
 def load_runs(db, wanted):
+    # runs.error (the failure of a failed run) is absent from files older than it.
+    has_error = any(r[1] == "error" for r in db.execute("PRAGMA table_info(runs)"))
     rows = db.execute("SELECT run_id, mode, experiment, system, model, hardware, trace, config, "
-                      "started_at, wall_s, complete, status FROM runs ORDER BY run_id").fetchall()
+                      "started_at, wall_s, complete, status, " +
+                      ("error" if has_error else "NULL") + " FROM runs ORDER BY run_id").fetchall()
     runs = [Run(*r) for r in rows]
     if wanted is not None:
         known = {r.run_id for r in runs}
@@ -419,11 +423,13 @@ def load_runs(db, wanted):
                            f"(it has {describe_ids(sorted(known))})")
         runs = [r for r in runs if r.run_id in set(wanted)]
     for r in runs:
-        if not r.complete:
-            r.excluded = (f"incomplete (status '{r.status}'): interrupted, failed or still "
-                          "running; rerun it (kvtier sweep resumes)")
+        if r.status == "failed":
+            r.excluded = "failed: " + (r.error or "no error recorded")
+        elif not r.complete:
+            r.excluded = (f"incomplete (status '{r.status}'): interrupted or still running; "
+                          "rerun it (kvtier sweep resumes)")
         elif r.status != "ok":
-            r.excluded = f"failed: {r.status}"
+            r.excluded = f"not ok: status '{r.status}'"
     return runs
 
 

@@ -110,12 +110,15 @@ int RunChild(const ChildFn& child, const Config& config, const std::string& labe
     if (write(result_fd, id.data(), id.size()) < 0) return 1;
     return 0;
   } catch (const InputError& e) {
+    bar.reset();  // ends an open terminal progress line before the message
     std::fprintf(stderr, "kvtier %s (%s): error: %s\n", command, label.c_str(), e.what());
     return kExitBadInput;
   } catch (const RunFailed& e) {
+    bar.reset();
     std::fprintf(stderr, "kvtier %s (%s): run failed: %s\n", command, label.c_str(), e.what());
     return kExitRunFailed;
   } catch (const std::exception& e) {
+    bar.reset();
     std::fprintf(stderr, "kvtier %s (%s): internal error: %s\n", command, label.c_str(),
                  e.what());
     return 1;

@@ -14,8 +14,8 @@ eval). Then:
   - an incomplete run is never plotted; --runs limits the runs;
   - the new views hold what SCHEMA.md says (exposed I/O sums to the exposed I/O, swept keys are
     the --set keys, Cake's split adds up);
-  - empty, one-run and interrupted databases, and a file without the new views, give a report
-    that says what is missing; bad input exits 2 with a message;
+  - empty, one-run, interrupted and failed-run databases, and a file without the new views,
+    give a report that says what is missing; bad input exits 2 with a message;
   - a headless Chromium renders the page without console messages and the screenshot is not
     blank (skipped, exit 77, where no browser is installed).
 
@@ -426,6 +426,19 @@ class WhatIsMissing(unittest.TestCase):
         text = self.index(out)
         self.assertIn("No run is complete", text)
         self.assertIn("incomplete (status &#x27;running&#x27;): interrupted", text)
+        self.assertEqual(glob.glob(os.path.join(out, "*.png")), [])
+
+    def test_failed_run(self):
+        db = self.copy("failed.sqlite")
+        con = sqlite3.connect(db)
+        with con:  # what a run stopped by an I/O error leaves (kvtier exits 3)
+            con.execute("UPDATE runs SET complete = 0, status = 'failed', "
+                        "error = 'ssd_read demand request 7 layer 3: EIO'")
+        con.close()
+        out, code, _, _ = report_dir(self.tmp, db, "failed")
+        self.assertEqual(code, 0)
+        text = self.index(out)
+        self.assertIn("failed: ssd_read demand request 7 layer 3: EIO", text)
         self.assertEqual(glob.glob(os.path.join(out, "*.png")), [])
 
     def test_a_file_without_the_new_views_is_reported_and_not_changed(self):
