@@ -40,6 +40,12 @@ EXIT_BAD_INPUT = 2
 # the same system more than once (reruns, sweep points).
 PANEL = ("r.experiment || ' · ' || r.model || ' · ' || r.hardware || "
          "CASE WHEN r.mode = 'sim' THEN '' ELSE ' (' || r.mode || ')' END")
+# Bars and lines of a panel in the order of the run's experiment.systems (the order the user
+# listed them; run ids of parallel runs are assigned in whatever order the runs start), then by
+# system and run id.
+RANK = ("instr(',' || (SELECT substr(v, 1, instr(v || char(10), char(10)) - 1) FROM "
+        "(SELECT substr(char(10) || r.config, instr(char(10) || r.config, char(10) || "
+        "'experiment.systems = ') + 22) AS v)) || ',', ',' || r.system || ','), r.system")
 LABEL = ("r.system || CASE WHEN (SELECT COUNT(*) FROM runs o WHERE o.run_id IN {runs} AND "
          "o.experiment = r.experiment AND o.model = r.model AND o.hardware = r.hardware AND "
          "o.mode = r.mode AND o.system = r.system) > 1 THEN ' #' || r.run_id ELSE '' END")
@@ -77,7 +83,7 @@ FIGURES = [
        s.mean_ttft_s, s.p99_ttft_s
 FROM run_summary s JOIN runs r USING (run_id)
 WHERE s.run_id IN {runs} AND r.mode IN ('sim', 'hw')
-ORDER BY panel, s.run_id""",
+ORDER BY panel, {rank}, s.run_id""",
         plot="bars",
         params=dict(panel="panel", x="label",
                     values=[("mean_ttft_s", "mean"), ("p99_ttft_s", "p99")],
@@ -99,7 +105,7 @@ ORDER BY panel, s.run_id""",
        e.mean_exposed_s
 FROM exposed_io e JOIN runs r USING (run_id)
 WHERE e.run_id IN {runs}
-ORDER BY panel, e.run_id, e.tier = 'none', part""",
+ORDER BY panel, {rank}, e.run_id, e.tier = 'none', part""",
         plot="stacked",
         params=dict(panel="panel", x="label", series="part", value="mean_exposed_s",
                     scale=1e3, ylabel="exposed I/O per request (ms)"),
@@ -114,7 +120,7 @@ ORDER BY panel, e.run_id, e.tier = 'none', part""",
         sql="""SELECT a.run_id, {panel} AS panel, {label} AS label, a.normalized_ttft
 FROM ablation_delta a JOIN runs r USING (run_id)
 WHERE a.run_id IN {runs}
-ORDER BY panel, a.run_id""",
+ORDER BY panel, {rank}, a.run_id""",
         plot="bars",
         params=dict(panel="panel", x="label", values=[("normalized_ttft", "TTFT / baseline")],
                     scale=1, ylabel="normalised mean TTFT", hline=1.0),
@@ -130,7 +136,7 @@ ORDER BY panel, a.run_id""",
        h.gpu_hit_ratio, h.cpu_hit_ratio, h.ssd_ratio
 FROM hit_ratios h JOIN runs r USING (run_id)
 WHERE h.run_id IN {runs} AND h.gpu_hit_ratio IS NOT NULL
-ORDER BY panel, h.run_id""",
+ORDER BY panel, {rank}, h.run_id""",
         plot="stacked",
         params=dict(panel="panel", x="label",
                     values=[("gpu_hit_ratio", "GPU"), ("cpu_hit_ratio", "CPU"),
@@ -168,7 +174,7 @@ ORDER BY panel, MIN(p.run_id) OVER (PARTITION BY panel, series), p.value_num, p.
         sql="""SELECT c.run_id, {panel} AS panel, {label} AS label, c.ttft_s, c.fraction
 FROM ttft_cdf c JOIN runs r USING (run_id)
 WHERE c.run_id IN {runs}
-ORDER BY panel, c.run_id, c.fraction""",
+ORDER BY panel, {rank}, c.run_id, c.fraction""",
         plot="lines",
         params=dict(panel="panel", x="ttft_s", y="fraction", series="label", xscale=1e3,
                     xlabel="TTFT (ms)", ylabel="fraction of requests", steps=True,
@@ -183,7 +189,7 @@ ORDER BY panel, c.run_id, c.fraction""",
         sql="""SELECT l.run_id, {panel} AS panel, {label} AS label, l.layer, l.retention
 FROM layer_retention l JOIN runs r USING (run_id)
 WHERE l.run_id IN {runs} AND l.retention IS NOT NULL
-ORDER BY panel, l.run_id, l.layer""",
+ORDER BY panel, {rank}, l.run_id, l.layer""",
         plot="lines",
         params=dict(panel="panel", x="layer", y="retention", series="label",
                     xlabel="layer", ylabel="retention (kept / reused tokens)"),
@@ -197,7 +203,7 @@ ORDER BY panel, l.run_id, l.layer""",
         sql="""SELECT l.run_id, {panel} AS panel, {label} AS label, l.layer, l.itf_fallback_rate
 FROM layer_retention l JOIN runs r USING (run_id)
 WHERE l.run_id IN {runs} AND l.mean_itf_similarity IS NOT NULL
-ORDER BY panel, l.run_id, l.layer""",
+ORDER BY panel, {rank}, l.run_id, l.layer""",
         plot="lines",
         params=dict(panel="panel", x="layer", y="itf_fallback_rate", series="label",
                     xlabel="layer", ylabel="ITF fallback rate"),
@@ -213,7 +219,7 @@ ORDER BY panel, l.run_id, l.layer""",
        c.computed_fraction, c.loaded_fraction
 FROM cake_split c JOIN runs r USING (run_id)
 WHERE c.run_id IN {runs}
-ORDER BY panel, c.run_id""",
+ORDER BY panel, {rank}, c.run_id""",
         plot="stacked",
         params=dict(panel="panel", x="label",
                     values=[("computed_fraction", "computed"), ("loaded_fraction", "loaded")],
@@ -442,7 +448,7 @@ def describe_ids(ids):
 
 def figure_sql(template, run_ids):
     runs = "(" + ", ".join(str(i) for i in run_ids) + ")"
-    return template.format(runs=runs, panel=PANEL, label=LABEL.format(runs=runs))
+    return template.format(runs=runs, panel=PANEL, label=LABEL.format(runs=runs), rank=RANK)
 
 
 def query(db, sql):
