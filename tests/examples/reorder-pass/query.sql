@@ -1,0 +1,28 @@
+-- The reorderer's passes and repacked segments (metrics), what the repacks moved, and what the
+-- requests read from the SSD and waited for, per system.
+.headers on
+.mode column
+SELECT r.system,
+       MAX(CASE WHEN m.name = 'reorder_passes' THEN CAST(m.value AS INTEGER) END) AS passes,
+       MAX(CASE WHEN m.name = 'repacked_segments' THEN CAST(m.value AS INTEGER) END) AS repacked
+FROM metrics m JOIN runs r USING (run_id)
+GROUP BY r.run_id
+ORDER BY r.system;
+
+SELECT system, kind, transfers, printf('%.1f', bytes / 1048576.0) AS mib
+FROM io_breakdown
+WHERE purpose = 'reorder'
+ORDER BY system, kind;
+
+-- The requests' own SSD reads (probe, demand and prefetch; not the repacks) per measured request.
+SELECT s.system,
+       s.requests,
+       printf('%.2f', 1000 * s.mean_ttft_s) AS mean_ttft_ms,
+       printf('%.2f', 1000 * s.mean_io_stall_s) AS io_stall_ms,
+       printf('%.1f', (SELECT SUM(t.bytes) FROM transfers t
+                       JOIN measured_requests m USING (run_id, request_id)
+                       WHERE t.run_id = s.run_id AND t.kind = 'ssd_read'
+                         AND t.purpose IN ('probe', 'demand', 'prefetch'))
+                      / s.requests / 1048576.0) AS request_ssd_read_mib
+FROM run_summary s
+ORDER BY s.system;
