@@ -17,6 +17,7 @@
 #include <iostream>
 #include <optional>
 
+#include "cli/command_line.h"
 #include "cli/commands.h"
 #include "core/config.h"
 #include "core/errors.h"
@@ -49,16 +50,12 @@ int RunCalibrate(const Args& args) {
       "also time the host backend's real compute per layer step for the --config model into "
       "NAME.layers.csv, named by the profile's gpu.layer_table");
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(desc).run(), vm);
-    if (vm.count("help")) {
-      std::cout << "usage: kvtier calibrate --out configs/hardware/NAME.ini [options]\n" << desc;
-      return 0;
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw InputError(std::string("command line: ") + e.what() + " (kvtier calibrate --help)");
+  StoreArgs("calibrate", args, desc, desc, &vm);
+  if (vm.count("help")) {
+    std::cout << "usage: kvtier calibrate --out configs/hardware/NAME.ini [options]\n" << desc;
+    return 0;
   }
+  NotifyArgs("calibrate", &vm);
   if (layer_table && config_path.empty()) {
     throw InputError("--layer-table: needs --config (the experiment whose model to measure)");
   }

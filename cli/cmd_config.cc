@@ -1,23 +1,20 @@
 // `kvtier config`: resolves an experiment file with its includes and command-line overrides,
 // validates it by building the typed options, and prints the result with where each value
-// came from. `--keys` prints the key table; `--check` validates only.
+// came from (each system's, with --systems). `--keys` prints the key table; `--check`
+// validates only. Its command line is every experiment command's (cli/experiment_args.h).
 
 #include <cstdio>
-#include <iostream>
 #include <string>
 #include <vector>
 
-#include <boost/program_options.hpp>
-
 #include "cli/commands.h"
+#include "cli/experiment_args.h"
 #include "core/config.h"
 #include "core/errors.h"
 #include "core/options.h"
 
 namespace kvtier::cli {
 namespace {
-
-namespace po = boost::program_options;
 
 const char* KeyTypeName(KeyType type) {
   switch (type) {
@@ -45,9 +42,10 @@ void PrintKeys(bool markdown) {
   if (markdown) {
     std::printf("| key | type | default | choices | meaning |\n|---|---|---|---|---|\n");
     for (const KeySpec& k : AllKeys()) {
-      std::string choices = k.choices ? k.choices : "";
-      for (std::size_t i = 0; (i = choices.find('|', i)) != std::string::npos; i += 2) {
-        choices.insert(i, "\\");  // a bare '|' would split the Markdown cell
+      std::string choices;
+      for (const char* c = k.choices ? k.choices : ""; *c != '\0'; ++c) {
+        if (*c == '|') choices += '\\';  // a bare '|' would split the Markdown cell
+        choices += *c;
       }
       std::printf("| `%s` | %s | %s | %s | %s |\n", k.name, KeyTypeName(k.type),
                   DefaultText(k).c_str(), choices.c_str(), k.doc);
@@ -64,64 +62,49 @@ void PrintKeys(bool markdown) {
 }  // namespace
 
 int RunConfig(const Args& args) {
-  po::options_description desc(
-      "usage: kvtier config --config EXPERIMENT.ini [--section.key=value ...] [options]\n"
-      "       kvtier config --keys [--markdown]\n\n"
-      "Prints the resolved configuration (defaults < model < hardware < system < experiment\n"
-      "< command line) after validating it. Exit 2 on any configuration error.\n\noptions");
-  desc.add_options()
-      ("help,h", "show this help")
-      ("config", po::value<std::string>(), "experiment INI file")
-      ("keys", "print every configuration key (name, type, default, choices, meaning)")
-      ("markdown", "with --keys: print a Markdown table")
-      ("check", "validate only; print \"ok\"")
-      ("no-origins", "print values without where they came from");
-
-  po::variables_map vm;
-  std::vector<std::string> overrides;
-  try {
-    // No guessing: `--c...` must never be mistaken for an abbreviation of --config/--check.
-    const int style = po::command_line_style::default_style &
-                      ~po::command_line_style::allow_guessing;
-    po::parsed_options parsed =
-        po::command_line_parser(args).options(desc).style(style).allow_unregistered().run();
-    po::store(parsed, vm);
-    po::notify(vm);
-    overrides = po::collect_unrecognized(parsed.options, po::include_positional);
-  } catch (const po::error& e) {
-    throw InputError(std::string(e.what()) + " (kvtier config --help)");
-  }
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
+  ExperimentArgs a({.name = "config",
+                    .about = "Prints the resolved configuration (defaults < model < hardware < "
+                             "system < experiment\n< command line) after validating it, with where "
+                             "each value came from. With --systems,\neach system's configuration "
+                             "as kvtier sim would run it. Exit 2 on any configuration error.",
+                    .synopsis = "[--check] [--no-origins]",
+                    .runs = false,
+                    .config_optional_with = "keys",
+                    .more_usage = "kvtier config --keys [--markdown]"});
+  a.AddOptions()("keys", "print every configuration key (name, type, default, choices, meaning)")(
+      "markdown", "with --keys: print a Markdown table")("check", "validate only; print \"ok\"")(
+      "no-origins", "print values without where they came from");
+  if (!a.Parse(args)) return 0;
+  if (a.vm().count("keys")) {
+    PrintKeys(a.vm().count("markdown") > 0);
     return 0;
   }
-  if (vm.count("keys")) {
-    PrintKeys(vm.count("markdown") > 0);
-    return 0;
-  }
-  for (const std::string& o : overrides) {
-    if (o.rfind("--", 0) != 0 || o.find('=') == std::string::npos) {
-      throw InputError("unexpected argument '" + o +
-                       "': overrides are written --section.key=value (kvtier config --help)");
+  // Without --systems: the experiment as written; with it, what each system's run would use.
+  std::vector<std::pair<std::string, Config>> configs;
+  if (a.vm().count("systems")) {
+    for (const std::string& system : a.Systems()) {
+      configs.emplace_back(system, a.SystemConfig(system));
     }
+  } else {
+    Config config = a.Base();
+    BuildOptions(config);  // throws ConfigError on values the typed options reject
+    configs.emplace_back("", std::move(config));
   }
-  if (!vm.count("config")) {
-    throw InputError("--config EXPERIMENT.ini is required (kvtier config --help)");
-  }
-
-  const Config config = Config::Load(vm["config"].as<std::string>(), overrides);
-  BuildOptions(config);  // throws ConfigError on values the typed options reject
-  if (vm.count("check")) {
+  if (a.vm().count("check")) {
     std::printf("ok\n");
     return 0;
   }
-  const bool origins = vm.count("no-origins") == 0;
-  if (origins) {
-    std::string files;
-    for (const std::string& f : config.files()) files += (files.empty() ? "" : ", ") + f;
-    std::printf("; read from: %s\n", files.c_str());
+  const bool origins = a.vm().count("no-origins") == 0;
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    const auto& [system, config] = configs[i];
+    if (!system.empty()) std::printf("%s; system %s\n", i == 0 ? "" : "\n", system.c_str());
+    if (origins) {
+      std::string files;
+      for (const std::string& f : config.files()) files += (files.empty() ? "" : ", ") + f;
+      std::printf("; read from: %s\n", files.c_str());
+    }
+    std::fputs(config.Dump(origins).c_str(), stdout);
   }
-  std::fputs(config.Dump(origins).c_str(), stdout);
   return 0;
 }
 

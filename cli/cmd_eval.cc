@@ -19,6 +19,7 @@
 #include <boost/program_options.hpp>
 
 #include "analysis/results_db.h"
+#include "cli/command_line.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "core/errors.h"
@@ -151,12 +152,8 @@ int RunEval(const Args& args) {
       ("seed", po::value(&bo.seed), "few-shot examples and random selection (1)")
       ("quiet", po::bool_switch(&quiet), "no progress lines (rate and ETA on stderr)");
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(desc).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw InputError(std::string(e.what()) + " (kvtier eval --help)");
-  }
+  StoreArgs("eval", args, desc, desc, &vm);
+  NotifyArgs("eval", &vm);
   if (vm.count("help")) {
     std::cout << desc << "\n";
     return 0;

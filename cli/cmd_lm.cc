@@ -16,6 +16,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "cli/command_line.h"
 #include "cli/commands.h"
 #include "core/errors.h"
 #include "models/llama.h"
@@ -58,12 +59,8 @@ int RunLm(const Args& args) {
   po::positional_options_description positional;
   positional.add("action", 1);
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw InputError(std::string(e.what()) + " (kvtier lm --help)");
-  }
+  StoreArgs("lm", args, all, desc, &vm, &positional);
+  NotifyArgs("lm", &vm);
   if (vm.count("help")) {
     std::cout << desc << "\n";
     return 0;

@@ -12,6 +12,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "cli/command_line.h"
 #include "cli/commands.h"
 #include "core/config.h"
 #include "core/errors.h"
@@ -96,12 +97,8 @@ int RunModel(const Args& args) {
   positional.add("model", 1);
 
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw InputError(std::string(e.what()) + " (kvtier model --help)");
-  }
+  StoreArgs("model", args, all, desc, &vm, &positional);
+  NotifyArgs("model", &vm);
   if (vm.count("help")) {
     std::cout << desc << "\n";
     return 0;

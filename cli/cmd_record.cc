@@ -15,6 +15,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "cli/command_line.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "core/errors.h"
@@ -87,12 +88,8 @@ int RunTraceRecord(const Args& args) {
       ("output-tokens", po::value(&ro.output_tokens), "output_tokens of each request when not decoding (0)")
       ("quiet", po::bool_switch(&quiet), "no progress lines (rate and ETA on stderr)");
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(desc).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw InputError(std::string(e.what()) + " (kvtier trace record --help)");
-  }
+  StoreArgs("trace record", args, desc, desc, &vm);
+  NotifyArgs("trace record", &vm);
   if (vm.count("help")) {
     std::cout << desc << "\n";
     return 0;

@@ -1,7 +1,7 @@
 // kvtier sim: replay a trace through one or more systems in the simulator and compare them.
 //
 //   kvtier sim --config configs/experiments/X.ini [--systems a,b,c] --out R.sqlite
-//              [--jobs N] [--section.key=value ...]
+//              [--jobs N] [--section.key=value ...]      (flags: cli/experiment_args.h)
 //
 // Each system runs in its own child process (SimGrid starts clean each time) and writes one
 // run into the same SQLite file; the parent prints a comparison table from the run_summary
@@ -12,55 +12,23 @@
 
 #include <sqlite3.h>
 
-#include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <sstream>
 
 #include "analysis/results_db.h"
 #include "cli/commands.h"
+#include "cli/experiment_args.h"
 #include "cli/sim_common.h"
 #include "core/config.h"
 #include "core/errors.h"
 #include "core/options.h"
-#include "core/units.h"
 #include "sim/simulate.h"
 #include "traces/trace_io.h"
 
 namespace kvtier::cli {
-
-namespace po = boost::program_options;
-namespace fs = std::filesystem;
-
-std::vector<std::string> SplitList(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    auto b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
-    if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
-  }
-  return out;
-}
-
-std::string ResolveTrace(const Config& config, const std::string& experiment_path) {
-  std::string trace = config.GetString("workload.trace");
-  if (trace.empty()) {
-    throw ConfigError(experiment_path + ": workload.trace: no trace given (generate one with "
-                      "`kvtier trace gen`, or import one with `kvtier trace import-mooncake`)");
-  }
-  trace = ExpandHome(trace);
-  fs::path p(trace);
-  if (p.is_relative() && !fs::exists(p)) {
-    fs::path near = fs::path(experiment_path).parent_path() / p;
-    if (fs::exists(near)) p = near;
-  }
-  if (!fs::exists(p)) throw ConfigError(config.Where("workload.trace") + ": no file " + trace);
-  return p.string();
-}
 
 namespace {
 
@@ -243,72 +211,25 @@ void PrintComparison(const std::string& out, const std::vector<long long>& run_i
 }
 
 int RunSim(const Args& args) {
-  po::options_description desc("kvtier sim options");
-  std::string config_path, systems_arg, out;
-  int jobs = 1;
-  desc.add_options()("help,h", "show this help")(
-      "config", po::value(&config_path)->required(), "experiment INI file")(
-      "systems", po::value(&systems_arg), "systems to compare, comma-separated (default: "
-                                           "experiment.systems, else include.system)")(
-      "out", po::value(&out)->required(), "results SQLite file (created or appended)")(
-      "jobs,j", po::value(&jobs)->default_value(1), "systems simulated in parallel");
-  po::variables_map vm;
-  std::vector<std::string> overrides;
-  try {
-    po::parsed_options parsed =
-        po::command_line_parser(args).options(desc).allow_unregistered().run();
-    overrides = po::collect_unrecognized(parsed.options, po::include_positional);
-    po::store(parsed, vm);
-    if (vm.count("help")) {
-      std::printf("usage: kvtier sim --config X.ini --out R.sqlite [--systems a,b] [--jobs N] "
-                  "[--section.key=value ...]\n%s\n%s", [&] {
-                    std::ostringstream s;
-                    s << desc;
-                    return s.str();
-                  }().c_str(), kExitStatusHelp);
-      return 0;
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw InputError(std::string("command line: ") + e.what() + " (kvtier sim --help)");
-  }
-  if (jobs < 1) throw InputError("command line: --jobs must be >= 1");
-  for (const auto& o : overrides) {
-    if (o.rfind("--", 0) != 0 || o.find('=') == std::string::npos) {
-      throw InputError("command line: unexpected argument '" + o + "' (overrides are --key=value)");
-    }
-  }
-
-  Config base = Config::Load(config_path, overrides);
-  std::vector<std::string> systems =
-      SplitList(!systems_arg.empty() ? systems_arg : base.GetString("experiment.systems"));
-  if (systems.empty() && base.Has("include.system")) systems = {base.GetString("include.system")};
-  if (systems.empty()) {
-    std::string names;
-    for (const auto& n : KnownSystemNames()) names += (names.empty() ? "" : ", ") + n;
-    throw ConfigError(config_path + ": no system to run: pass --systems or set "
-                      "experiment.systems / include.system (systems: " + names + ")");
-  }
-  // Validate every system's configuration before simulating anything.
-  std::vector<std::pair<std::string, Config>> runs;
-  for (const std::string& system : systems) {
-    std::vector<std::string> with_system = overrides;
-    with_system.push_back("--include.system=" + system);
-    Config c = Config::Load(config_path, with_system);
-    BuildOptions(c);
-    c.Set("workload.trace", ResolveTrace(c, config_path), c.Get("workload.trace").origin);
-    runs.emplace_back(system, std::move(c));
-  }
+  ExperimentArgs a({.name = "sim",
+                    .about = "Simulates each system on the experiment's trace and hardware "
+                             "profile, each in its own\nprocess, into one results file, and prints "
+                             "their comparison (the run_summary view).\nEvery system's "
+                             "configuration is validated before any simulation starts.",
+                    .jobs_help = "systems simulated at once"});
+  if (!a.Parse(args)) return 0;
+  const Config base = a.Base();
+  const std::vector<std::pair<std::string, Config>> runs = a.Runs();
   const std::string trace = runs.front().second.GetString("workload.trace");
-  { ResultsDb check(out); }  // creates the schema; an unwritable path fails here (exit 2)
+  a.CreateOut();
 
   std::fprintf(stderr, "kvtier sim: %zu system(s) on %s, trace %s -> %s\n", runs.size(),
-               base.GetString("model.name").c_str(), trace.c_str(), out.c_str());
+               base.GetString("model.name").c_str(), trace.c_str(), a.out().c_str());
   int worst = 0;
   std::vector<long long> ids =
-      RunInChildren(runs, jobs, base.GetDuration("log.progress"), "sim", SimChild(out), &worst,
-                    nullptr);
-  PrintComparison(out, ids);
+      RunInChildren(runs, a.jobs(), base.GetDuration("log.progress"), "sim", SimChild(a.out()),
+                    &worst, nullptr);
+  PrintComparison(a.out(), ids);
   return worst;
 }
 

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "cli/command_line.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "core/config.h"
@@ -61,18 +62,15 @@ struct Options {
 
 // Parses args (and an INI named by --config, whose values the command line overrides).
 // Returns false when --help was given (usage printed).
-bool Parse(Options* o, const Args& args, const char* usage, bool with_config) {
+bool Parse(Options* o, const Args& args, const char* command, const char* usage,
+           bool with_config) {
   std::string config;
   bool help = false;
   o->cmd.add_options()("help,h", po::bool_switch(&help), "show this help");
   if (with_config) o->cmd.add_options()("config", po::value<std::string>(&config), "INI file with [workload] and [importance] sections");
   po::variables_map vm;
+  StoreArgs(command, args, o->cmd, o->cmd, &vm, &o->positional);
   try {
-    po::store(po::command_line_parser(args).options(o->cmd).positional(o->positional).run(), vm);
-    if (help) {
-      std::cout << usage << "\n" << o->cmd << "\n";
-      return false;
-    }
     // The INI first (so the command line overrides it), then the command line.
     auto it = vm.find("config");
     if (it != vm.end()) {
@@ -90,7 +88,8 @@ bool Parse(Options* o, const Args& args, const char* usage, bool with_config) {
     }
     po::notify(vm);
   } catch (const po::error& e) {
-    throw InputError(e.what());
+    throw InputError(std::string("command line: ") + e.what() + " (kvtier " + command +
+                     " --help)");
   }
   if (help) {
     std::cout << usage << "\n" << o->cmd << "\n";
@@ -224,7 +223,10 @@ int RunGen(const Args& args) {
   o.Add<std::uint64_t>("importance", "importance_seed", &iseed, "importance model seed (1)");
   AddTargets(&o, &t, &tf);
   AddModel(&o, &m);
-  if (!Parse(&o, args, "usage: kvtier trace gen --out T [--config gen.ini] [options]", true)) return 0;
+  if (!Parse(&o, args, "trace gen", "usage: kvtier trace gen --out T [--config gen.ini] [options]",
+             true)) {
+    return 0;
+  }
   if (out.empty()) throw InputError("--out is required");
   if (!like.empty()) {
     CheckTargets(&t, tf);
@@ -331,7 +333,10 @@ int RunImport(const Args& args) {
   o.Add<int>(nullptr, "block-tokens", &opt.block_tokens, "tokens per Mooncake block (512)");
   AddModel(&o, &opt.model);
   o.positional.add("in", 1);
-  if (!Parse(&o, args, "usage: kvtier trace import-mooncake --in trace.jsonl --out T", false)) return 0;
+  if (!Parse(&o, args, "trace import-mooncake",
+             "usage: kvtier trace import-mooncake --in trace.jsonl --out T", false)) {
+    return 0;
+  }
   if (in.empty() || out.empty()) throw InputError("--in and --out are required");
   kv = std::find(args.begin(), args.end(), "--model-kv-heads") != args.end();
   CheckModel(&opt.model, kv);
@@ -351,7 +356,7 @@ std::optional<ProceduralParams> NoneModel(const std::string& config, const std::
   AddTargets(&o, &t, &tf);
   std::uint64_t iseed = 1;
   o.Add<std::uint64_t>("importance", "importance_seed", &iseed, "seed");
-  Parse(&o, {"--config", config}, "", true);
+  Parse(&o, {"--config", config}, "trace", "", true);
   CheckTargets(&t, tf);
   TraceReader reader(trace);
   const ModelDescriptor& m = reader.header().model;
@@ -374,7 +379,7 @@ int RunStats(const Args& args) {
   std::string chunks = "16,32,64,128,256";
   AddStructureOptions(&o, &opt.importance.structure, &chunks);
   o.positional.add("trace", 1);
-  if (!Parse(&o, args, "usage: kvtier trace stats T [--json]", false)) return 0;
+  if (!Parse(&o, args, "trace stats", "usage: kvtier trace stats T [--json]", false)) return 0;
   CheckStructureOptions(&opt.importance.structure, chunks);
   if (trace.empty()) throw InputError("a trace file is required");
   opt.importance.retentions = ParseList("retentions", retentions);
@@ -406,7 +411,10 @@ int RunFit(const Args& args) {
   o.Add<std::uint64_t>(nullptr, "seed", &v2.seed, "v2: seed of the fitted model (1)");
   AddStructureOptions(&o, &v2.structure, &chunks);
   o.positional.add("trace", 1);
-  if (!Parse(&o, args, "usage: kvtier trace fit T [--model v2|v1] [--out fit.ini]", false)) return 0;
+  if (!Parse(&o, args, "trace fit", "usage: kvtier trace fit T [--model v2|v1] [--out fit.ini]",
+             false)) {
+    return 0;
+  }
   if (trace.empty()) throw InputError("a trace file is required");
   if (model != "v1" && model != "v2") throw InputError("--model: expected v1 or v2, got '" + model + "'");
   if (retention < 0) retention = model == "v2" ? 0.25 : 0.4;
@@ -438,7 +446,7 @@ int RunInfo(const Args& args) {
   o.Add<std::string>(nullptr, "trace", &trace, "trace file");
   o.Add<std::int64_t>(nullptr, "records", &show, "records to print (5)");
   o.positional.add("trace", 1);
-  if (!Parse(&o, args, "usage: kvtier trace info T [--records N]", false)) return 0;
+  if (!Parse(&o, args, "trace info", "usage: kvtier trace info T [--records N]", false)) return 0;
   if (trace.empty()) throw InputError("a trace file is required");
   TraceReader r(trace);
   const TraceHeader& h = r.header();

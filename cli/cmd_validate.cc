@@ -5,6 +5,7 @@
 //                (view sim_vs_hw_stages, from io_breakdown and layers)
 //
 //   kvtier validate --config X.ini --out R.sqlite [--systems a,b] [--section.key=value ...]
+//   (the flags every experiment command shares: cli/experiment_args.h)
 //
 // The simulator uses the configuration's hardware profile: calibrate it first (`kvtier
 // calibrate --out configs/hardware/NAME.ini`, then --include.hardware=NAME). Both modes write
@@ -42,42 +43,50 @@ double Pct(std::vector<double> v, double p) {
 }  // namespace
 
 int RunValidate(const Args& args) {
-  SystemsArgs a;
-  if (!ParseSystemsArgs(args, "validate",
-                        "kvtier validate --config X.ini --out R.sqlite [--systems a,b] [--quiet] "
-                        "[--section.key=value ...]",
-                        &a)) {
-    return 0;
-  }
-  if (!a.quiet) {
+  ExperimentArgs a(HwCommand(
+      "validate",
+      "Runs the experiment's trace through each system on this machine (kvtier hw), then in the\n"
+      "simulator (kvtier sim) with the experiment's hardware profile, into one results file, and\n"
+      "reports the simulator's TTFT error per request and its busy-time error per stage.\n"
+      "Calibrate the profile first: kvtier calibrate --out configs/hardware/NAME.ini, then\n"
+      "--include.hardware=NAME.",
+      "(validate exits 3 when one of its hw runs failed, without simulating or comparing "
+      "anything.)\n"));
+  bool quiet = false;
+  AddQuietFlag(&a, &quiet);
+  if (!a.Parse(args)) return 0;
+  const Config base = a.Base();
+  const std::vector<std::pair<std::string, Config>> runs = a.Runs();
+  a.CreateOut();
+  if (!quiet) {
     std::fprintf(stderr, "kvtier validate: %zu system(s), hardware profile '%s', trace %s -> %s\n",
-                 a.runs.size(), a.runs.front().second.GetString("hardware.name").c_str(),
-                 a.trace.c_str(), a.out.c_str());
+                 runs.size(), runs.front().second.GetString("hardware.name").c_str(),
+                 runs.front().second.GetString("workload.trace").c_str(), a.out().c_str());
     std::fprintf(stderr, "hw:\n");
   }
   int worst_hw = 0, worst_sim = 0;
-  const ProgressOptions progress = a.progress();
-  const std::vector<long long> hw_ids = RunInChildren(a.runs, 1, a.progress_s, "hw",
-                                                      HwChild(a.out), &worst_hw, nullptr,
+  const ProgressOptions progress = HwProgressOptions(base, quiet);
+  const std::vector<long long> hw_ids = RunInChildren(runs, 1, progress.interval_s, "hw",
+                                                      HwChild(a.out()), &worst_hw, nullptr,
                                                       &progress);
   if (worst_hw != 0) {
     // A failed hardware run measured nothing trustworthy: there is nothing to validate against.
     std::fprintf(stderr, "kvtier validate: %zu of %zu hw run(s) did not complete; nothing is "
                  "compared (failed runs are in %s with runs.status = 'failed')\n",
-                 a.runs.size() - hw_ids.size(), a.runs.size(), a.out.c_str());
+                 runs.size() - hw_ids.size(), runs.size(), a.out().c_str());
     return worst_hw;
   }
-  if (!a.quiet) std::fprintf(stderr, "sim:\n");
-  const std::vector<long long> sim_ids = RunInChildren(a.runs, 1, a.progress_s, "sim",
-                                                       SimChild(a.out), &worst_sim, nullptr,
+  if (!quiet) std::fprintf(stderr, "sim:\n");
+  const std::vector<long long> sim_ids = RunInChildren(runs, 1, progress.interval_s, "sim",
+                                                       SimChild(a.out()), &worst_sim, nullptr,
                                                        &progress);
   std::vector<long long> all = hw_ids;
   all.insert(all.end(), sim_ids.begin(), sim_ids.end());
-  PrintComparison(a.out, all);
+  PrintComparison(a.out(), all);
 
   sqlite3* db = nullptr;
-  if (sqlite3_open_v2(a.out.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
-    throw InputError(a.out + ": cannot open for reading");
+  if (sqlite3_open_v2(a.out().c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    throw InputError(a.out() + ": cannot open for reading");
   }
   const std::string where = " WHERE sim_run_id IN (" + Ids(sim_ids) + ") AND hw_run_id IN (" +
                             Ids(hw_ids) + ")";
@@ -88,7 +97,7 @@ int RunValidate(const Args& args) {
     if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
       std::string e = sqlite3_errmsg(db);
       sqlite3_close(db);
-      throw InputError(a.out + ": " + e);
+      throw InputError(a.out() + ": " + e);
     }
     while (sqlite3_step(st) == SQLITE_ROW) {
       const std::string sys = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
@@ -130,7 +139,7 @@ int RunValidate(const Args& args) {
   sqlite3_close(db);
   std::printf("\ntarget median |error| <= 10%% per system: %s (query the sim_vs_hw and "
               "sim_vs_hw_stages views in %s)\n",
-              errors.empty() ? "no paired requests" : all_met ? "met" : "missed", a.out.c_str());
+              errors.empty() ? "no paired requests" : all_met ? "met" : "missed", a.out().c_str());
   return std::max(worst_hw, worst_sim);
 }
 

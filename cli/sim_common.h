@@ -1,5 +1,6 @@
 #pragma once
-// Helpers shared by `kvtier sim` and `kvtier sweep`.
+// Running experiment commands' systems in child processes: shared by `kvtier sim`, `sweep`,
+// `hw` and `validate` (their command line: cli/experiment_args.h).
 
 #include <functional>
 #include <string>
@@ -11,10 +12,6 @@
 
 namespace kvtier::cli {
 
-std::vector<std::string> SplitList(const std::string& text);
-// The trace an experiment names (workload.trace), resolved against the experiment file's
-// directory; throws ConfigError if absent.
-std::string ResolveTrace(const Config& config, const std::string& experiment_path);
 // Called in the parent when a child ends: its label and exit code.
 using DoneFn = std::function<void(const std::string& label, int exit_code)>;
 // Progress of a run: requests done, requests in total (0 if unknown), executor seconds.

@@ -1,0 +1,47 @@
+#pragma once
+// The command-line rules every `kvtier` command shares, on top of Boost.Program_options.
+//
+// - Options are long (`--name VALUE` or `--name=VALUE`) or the short forms a command lists
+//   (`-j 2`, `-o FILE`). A name is never guessed from a prefix: `--c x.ini` is not `--config`
+//   (boost's allow_guessing is off), so adding an option can never change what an old command
+//   line means.
+// - Anything not understood is an InputError (exit 2) that starts with "command line:"; an
+//   unknown option's error lists the options the command has.
+//
+// Experiment commands (config, sim, sweep, hw, validate) parse through ExperimentArgs
+// (cli/experiment_args.h), which adds the `--section.key=value` overrides; the other commands
+// call StoreArgs and NotifyArgs directly. Not thread-safe (boost's parser is not).
+
+#include <boost/program_options.hpp>
+#include <string>
+
+#include "cli/commands.h"
+
+namespace kvtier::cli {
+
+// The boost style of every kvtier command: boost's default without allow_guessing.
+int CommandLineStyle();
+
+// "--config, --systems, --jobs (-j), --help": the options of `options`, in the order added.
+std::string OptionNames(const boost::program_options::options_description& options);
+
+// Parses `args` with `options` (and `positional`, if given) in CommandLineStyle and stores the
+// result into *vm. `visible` is what the command's --help shows (usually `options` without
+// hidden positional targets); an unknown option's error lists it. Throws InputError naming
+// `command` ("trace gen").
+void StoreArgs(const std::string& command, const Args& args,
+               const boost::program_options::options_description& options,
+               const boost::program_options::options_description& visible,
+               boost::program_options::variables_map* vm,
+               const boost::program_options::positional_options_description* positional = nullptr);
+
+// po::notify(*vm) (required options, notifiers) with its errors as InputErrors naming `command`.
+void NotifyArgs(const std::string& command, boost::program_options::variables_map* vm);
+
+// Rethrows boost's `e` as InputError("command line: <what> (...)"): for an unknown option the
+// parenthesis lists `visible`'s options, otherwise it points at `kvtier <command> --help`.
+[[noreturn]] void ThrowCommandLineError(const std::string& command,
+                                        const boost::program_options::error& e,
+                                        const boost::program_options::options_description& visible);
+
+}  // namespace kvtier::cli

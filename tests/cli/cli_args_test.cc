@@ -1,0 +1,157 @@
+// Every `kvtier` command parses its command line by the same rules, checked through the built
+// binary: the experiment commands (config, sim, sweep, hw, validate) take the same common
+// flags and check overrides the same way (cli/experiment_args.h); no command guesses an
+// option's name from a prefix (cli/command_line.h); misuse exits 2 naming what is accepted.
+// The parser's own cases are in-process in experiment_args_test.cc.
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/cli/cli_fixture.h"
+
+namespace {
+
+using Result = kvtier::testing::CliResult;
+
+class CliArgsTest : public kvtier::testing::CliFixture {
+ protected:
+  // An experiment whose trace exists (nothing here reads it).
+  std::string Experiment() {
+    Write("t.kvt", "not a trace: the runs below stop before reading it\n");
+    return Write("e.ini",
+                 "[include]\nmodel = opt-13b\nhardware = a100-pcie4-nvme\n[experiment]\n"
+                 "systems = as,spec\n[workload]\ntrace = t.kvt\n");
+  }
+};
+
+const std::vector<std::string> kExperimentCommands = {"config", "sim", "sweep", "hw", "validate"};
+const std::vector<std::string> kRunCommands = {"sim", "sweep", "hw", "validate"};
+
+// What `kvtier sweep` needs besides the common flags.
+std::string Own(const std::string& command) {
+  return command == "sweep" ? " --set cache.gpu_capacity=1GiB,2GiB" : "";
+}
+
+TEST_F(CliArgsTest, NoExperimentCommandGuessesAnOptionFromAPrefix) {
+  const std::string e = Experiment();
+  for (const std::string& c : kExperimentCommands) {
+    // `kvtier sim --c x.ini` used to run as --config (boost's guessing); `hw` rejected it.
+    Result r = Run(c + " --c " + e + " --out " + (dir_ / "r.sqlite").string());
+    EXPECT_EQ(r.code, 2) << c << ": " << r.err;
+    EXPECT_NE(r.err.find("kvtier " + c + ": error: command line: unknown option '--c' (kvtier " +
+                         c + " takes --help (-h), --config, --systems"),
+              std::string::npos)
+        << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+}
+
+TEST_F(CliArgsTest, EveryExperimentCommandTakesTheCommonFlags) {
+  const std::string e = Experiment();
+  for (const std::string& c : kExperimentCommands) {
+    Result r = Run(c + " --help");
+    ASSERT_EQ(r.code, 0) << c << ": " << r.err;
+    EXPECT_EQ(r.out.rfind("usage: kvtier " + c + " --config X.ini", 0), 0u) << r.out;
+    for (const char* flag : {"--config X.ini", "--systems a,b", "--section.key=value"}) {
+      EXPECT_NE(r.out.find(flag), std::string::npos) << c << " --help lacks " << flag;
+    }
+    EXPECT_EQ(Run(c + " -h").out, r.out);
+  }
+  for (const std::string& c : kRunCommands) {
+    Result r = Run(c + " --help");
+    EXPECT_NE(r.out.find("--out R.sqlite"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("-j [ --jobs ] N"), std::string::npos) << r.out;
+    // Every flag and override parses and every system's configuration validates; the run
+    // then stops at the unwritable results file, before anything is simulated or measured.
+    r = Run(c + " --config " + e + " --systems spec,as --cache.policy=lfu -j 1" + Own(c) +
+            " --out /nonexistent-dir/r.sqlite");
+    EXPECT_EQ(r.code, 2) << c << ": " << r.err;
+    EXPECT_NE(r.err.find("/nonexistent-dir/r.sqlite"), std::string::npos) << c << ": " << r.err;
+    EXPECT_EQ(r.err.find("command line"), std::string::npos) << c << ": " << r.err;
+  }
+  Result r = Run("config --config " + e + " --systems spec,as --cache.policy=lfu --check");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "ok\n");
+}
+
+TEST_F(CliArgsTest, EveryExperimentCommandChecksOverridesTheSameWay) {
+  const std::string e = Experiment();
+  const std::string out = " --out " + (dir_ / "r.sqlite").string();
+  for (const std::string& c : kExperimentCommands) {
+    const std::string common = c + " --config " + e + (c == "config" ? "" : out) + Own(c);
+    Result r = Run(common + " --cache.polcy=lfu");
+    EXPECT_EQ(r.code, 2) << c;
+    EXPECT_NE(r.err.find("command line: unknown key 'cache.polcy' (keys in [cache]: "),
+              std::string::npos)
+        << c << ": " << r.err;
+    EXPECT_NE(r.err.find("cache.policy"), std::string::npos) << c << ": " << r.err;
+
+    r = Run(common + " --cache.policy lfu");
+    EXPECT_EQ(r.code, 2) << c;
+    EXPECT_NE(r.err.find("'--cache.policy': an override is one word, --cache.policy=VALUE"),
+              std::string::npos)
+        << c << ": " << r.err;
+
+    r = Run(common + " -cache.policy=lfu");
+    EXPECT_EQ(r.code, 2) << c;
+    EXPECT_NE(r.err.find("an override is written --section.key=value"), std::string::npos)
+        << c << ": " << r.err;
+
+    r = Run(common + " stray");
+    EXPECT_EQ(r.code, 2) << c;
+    EXPECT_NE(r.err.find("unexpected argument 'stray' (kvtier " + c + " takes"), std::string::npos)
+        << c << ": " << r.err;
+
+    r = Run(common + " --cache.policy=fifo");  // a known key, a value it rejects
+    EXPECT_EQ(r.code, 2) << c;
+    EXPECT_NE(r.err.find("lru,lfu,score"), std::string::npos) << c << ": " << r.err;
+  }
+  // sweep's --set axes name keys by the same rule.
+  Result r = Run("sweep --config " + e + out + " --set cache.polcy=lru,lfu");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("command line: --set: unknown key 'cache.polcy' (keys in [cache]: "),
+            std::string::npos)
+      << r.err;
+}
+
+TEST_F(CliArgsTest, HwCommandsMeasureOneSystemAtATime) {
+  const std::string e = Experiment();
+  for (const std::string c : {"hw", "validate"}) {
+    Result r = Run(c + " --config " + e + " --out " + (dir_ / "r.sqlite").string() + " -j 2");
+    EXPECT_EQ(r.code, 2) << c;
+    EXPECT_NE(r.err.find("--jobs 2: kvtier " + c +
+                         " runs at most 1 at once (measured runs never "
+                         "share the disk or the cores)"),
+              std::string::npos)
+        << r.err;
+  }
+}
+
+TEST_F(CliArgsTest, ConfigWithSystemsPrintsWhatEachSystemRuns) {
+  const std::string e = Experiment();
+  Result r = Run("config --config " + e + " --systems spec,recomp --no-origins");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::size_t spec = r.out.find("; system spec\n"),
+                    recomp = r.out.find("\n; system recomp\n");
+  ASSERT_NE(spec, std::string::npos) << r.out;
+  ASSERT_NE(recomp, std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("include.system = spec\n", spec), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("include.system = recomp\n", recomp), std::string::npos) << r.out;
+}
+
+TEST_F(CliArgsTest, NoOtherCommandGuessesAnOptionEither) {
+  for (const std::string args :
+       {"eval --ou x.sqlite", "trace gen --req 3 -o t.kvt", "trace record --ou t.kvt",
+        "trace stats --js t.kvt", "model opt-13b --hard a100-pcie4-nvme", "calibrate --o x.ini",
+        "lm generate --prom hi"}) {
+    Result r = Run(args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.err;
+    EXPECT_NE(r.err.find("command line: unrecognised option '--"), std::string::npos)
+        << args << ": " << r.err;
+    EXPECT_NE(r.err.find(" takes "), std::string::npos) << args << ": " << r.err;
+  }
+}
+
+}  // namespace
