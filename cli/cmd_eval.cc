@@ -6,8 +6,6 @@
 // PIQA and COPA come from the repository's data/; RTE and OpenBookQA from --shared-data
 // (default ../shared/data) and are skipped with a note when absent, unless named in --tasks.
 
-#include <sqlite3.h>
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +16,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "analysis/queries.h"
 #include "analysis/results_db.h"
 #include "cli/command_line.h"
 #include "cli/commands.h"
@@ -65,38 +64,26 @@ Selector ParseSelector(const std::string& s) {
   throw InputError("--selectors: unknown selector '" + s + "' (itf, h2o, spi, random)");
 }
 
-void WriteRows(ResultsDb* db, long long run_id, const std::vector<AccuracyRow>& rows) {
-  db->Exec("BEGIN");
-  sqlite3_stmt* st = nullptr;
-  const char* sql =
-      "INSERT INTO accuracy (run_id, task, selector, alpha, retention, items, correct, accuracy,"
-      " first_token_agreement, mean_kept_fraction, itf_fallback_rate)"
-      " VALUES (?,?,?,?,?,?,?,?,?,?,?)";
-  if (sqlite3_prepare_v2(db->handle(), sql, -1, &st, nullptr) != SQLITE_OK) {
-    throw InputError(db->path() + ": " + sqlite3_errmsg(db->handle()));
-  }
+// The accuracy table's rows (analysis/queries.h) of `rows`: alpha and the fallback rate for ITF
+// only.
+std::vector<AccuracyRecord> Records(const std::vector<AccuracyRow>& rows) {
+  std::vector<AccuracyRecord> out;
   for (const AccuracyRow& r : rows) {
     const bool itf = r.config.selector == Selector::kItf;
-    sqlite3_reset(st);
-    sqlite3_bind_int64(st, 1, run_id);
-    sqlite3_bind_text(st, 2, r.task.c_str(), -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 3, SelectorName(r.config.selector), -1, SQLITE_STATIC);
-    if (itf) sqlite3_bind_double(st, 4, r.config.alpha); else sqlite3_bind_null(st, 4);
-    sqlite3_bind_double(st, 5, r.config.retention);
-    sqlite3_bind_int(st, 6, r.items);
-    sqlite3_bind_int(st, 7, r.correct);
-    sqlite3_bind_double(st, 8, r.accuracy());
-    sqlite3_bind_double(st, 9, r.first_token_agreement());
-    sqlite3_bind_double(st, 10, r.mean_kept_fraction());
-    if (itf) sqlite3_bind_double(st, 11, r.itf_fallback_rate()); else sqlite3_bind_null(st, 11);
-    if (sqlite3_step(st) != SQLITE_DONE) {
-      const std::string err = sqlite3_errmsg(db->handle());
-      sqlite3_finalize(st);
-      throw InputError(db->path() + ": " + err);
-    }
+    AccuracyRecord a;
+    a.task = r.task;
+    a.selector = SelectorName(r.config.selector);
+    if (itf) a.alpha = r.config.alpha;
+    a.retention = r.config.retention;
+    a.items = r.items;
+    a.correct = r.correct;
+    a.accuracy = r.accuracy();
+    a.first_token_agreement = r.first_token_agreement();
+    a.mean_kept_fraction = r.mean_kept_fraction();
+    if (itf) a.itf_fallback_rate = r.itf_fallback_rate();
+    out.push_back(std::move(a));
   }
-  sqlite3_finalize(st);
-  db->Exec("COMMIT");
+  return out;
 }
 
 void PrintTable(const std::vector<AccuracyRow>& rows) {
@@ -240,7 +227,7 @@ int RunEval(const Args& args) {
     const EvalSummary s = EvaluateGroups(*model, task.name, groups, eo);
     progress.Finish();
     tokens += s.forward_tokens;
-    WriteRows(&db, run_id, s.rows);
+    InsertAccuracy(&db, run_id, Records(s.rows));
     all.insert(all.end(), s.rows.begin(), s.rows.end());
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -10,14 +10,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <sqlite3.h>
-
 #include <chrono>
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 
+#include "analysis/queries.h"
 #include "analysis/results_db.h"
 #include "cli/commands.h"
 #include "cli/experiment_args.h"
@@ -163,19 +163,9 @@ std::vector<long long> RunInChildren(const std::vector<std::pair<std::string, Co
 
 void PrintComparison(const std::string& out, const std::vector<long long>& run_ids) {
   if (run_ids.empty()) return;
-  sqlite3* db = nullptr;
-  if (sqlite3_open_v2(out.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) return;
+  const std::vector<RunSummaryRow> rows = RunSummaries(out, run_ids);
   std::string ids;
   for (long long id : run_ids) ids += (ids.empty() ? "" : ",") + std::to_string(id);
-  const std::string sql =
-      "SELECT system, requests, mean_ttft_s, p50_ttft_s, p99_ttft_s, mean_queue_s, "
-      "mean_io_stall_s, gpu_hit_ratio, cpu_hit_ratio, mean_ssd_read_bytes, itf_fallback_rate "
-      "FROM run_summary WHERE run_id IN (" + ids + ") ORDER BY mean_ttft_s";
-  sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
-    sqlite3_close(db);
-    return;
-  }
   std::printf("\n%-12s %8s %10s %10s %10s %10s %10s %7s %7s %12s %8s\n", "system", "requests",
               "mean TTFT", "p50 TTFT", "p99 TTFT", "queue", "exposed IO", "GPU hit", "CPU hit",
               "SSD read/req", "ITF fb");
@@ -189,23 +179,20 @@ void PrintComparison(const std::string& out, const std::vector<long long>& run_i
     std::snprintf(b, sizeof b, "%.1fMiB", bytes / (1024.0 * 1024.0));
     return std::string(b);
   };
-  auto pct = [](sqlite3_stmt* s, int col) {
-    if (sqlite3_column_type(s, col) == SQLITE_NULL) return std::string("-");
+  auto pct = [](const std::optional<double>& ratio) {
+    if (!ratio) return std::string("-");
     char b[32];
-    std::snprintf(b, sizeof b, "%.1f%%", 100 * sqlite3_column_double(s, col));
+    std::snprintf(b, sizeof b, "%.1f%%", 100 * *ratio);
     return std::string(b);
   };
-  while (sqlite3_step(st) == SQLITE_ROW) {
-    std::printf("%-12s %8lld %10s %10s %10s %10s %10s %7s %7s %12s %8s\n",
-                reinterpret_cast<const char*>(sqlite3_column_text(st, 0)),
-                (long long)sqlite3_column_int64(st, 1), ms(sqlite3_column_double(st, 2)).c_str(),
-                ms(sqlite3_column_double(st, 3)).c_str(), ms(sqlite3_column_double(st, 4)).c_str(),
-                ms(sqlite3_column_double(st, 5)).c_str(), ms(sqlite3_column_double(st, 6)).c_str(),
-                pct(st, 7).c_str(), pct(st, 8).c_str(),
-                mib(sqlite3_column_double(st, 9)).c_str(), pct(st, 10).c_str());
+  for (const RunSummaryRow& r : rows) {
+    std::printf("%-12s %8lld %10s %10s %10s %10s %10s %7s %7s %12s %8s\n", r.system.c_str(),
+                r.requests, ms(r.mean_ttft_s).c_str(), ms(r.p50_ttft_s).c_str(),
+                ms(r.p99_ttft_s).c_str(), ms(r.mean_queue_s).c_str(),
+                ms(r.mean_io_stall_s).c_str(), pct(r.gpu_hit_ratio).c_str(),
+                pct(r.cpu_hit_ratio).c_str(), mib(r.mean_ssd_read_bytes).c_str(),
+                pct(r.itf_fallback_rate).c_str());
   }
-  sqlite3_finalize(st);
-  sqlite3_close(db);
   std::printf("\nresults: %s (run ids %s; query the run_summary, ttft_cdf, layer_retention, "
               "io_breakdown views)\n", out.c_str(), ids.c_str());
 }
