@@ -3,17 +3,14 @@
 #include <sys/statfs.h>
 #include <sys/utsname.h>
 
-#include <chrono>
 #include <filesystem>
-#include <optional>
-#include <sstream>
+#include <memory>
+#include <string>
 #include <thread>
 
-#include "analysis/results_db.h"
 #include "core/errors.h"
 #include "core/pipeline.h"
-#include "traces/score_source.h"
-#include "traces/trace_io.h"
+#include "driver/experiment.h"
 
 namespace kvtier::hw {
 namespace {
@@ -73,154 +70,144 @@ HwExecutorOptions BuildHwExecutorOptions(const Config& config, const ExperimentO
   return o;
 }
 
-HwRunResult RunHardware(const Config& config, const std::string& trace_path,
-                        const std::string& out_path, const HwProgressFn& progress) {
-  const auto wall_start = std::chrono::steady_clock::now();
-  const ExperimentOptions opts = BuildOptions(config);
-  if (opts.hardware.gpu_concurrent_prefills != 1) {
-    throw ConfigError(config.Where("gpu.concurrent_prefills") +
-                      ": kvtier hw serves one prefill at a time; only 1 is supported");
-  }
+namespace {
 
-  // Open and check the trace before touching the output.
-  const ReplaySetup replay = PrepareReplay(trace_path, config, opts);
-  const TraceHeader& header = replay.header;
-  const std::optional<ProceduralParams>& none_model = replay.none_model;
-
-  // The executor first: an unusable store (no O_DIRECT) fails before the run row exists.
-  const std::string default_store = out_path + ".store-" + opts.system.name;
-  HwExecutorOptions xo = BuildHwExecutorOptions(config, opts, default_store);
-  const bool remove_store = config.GetString("hw.store_dir").empty() && !config.GetBool("hw.keep_store");
-  std::error_code ec;
-  if (remove_store) std::filesystem::remove_all(xo.store_dir, ec);  // a stale store from a crash
-  std::unique_ptr<HwExecutor> executor;
-  if (Status s = HwExecutor::Create(opts.model, opts.hardware, xo, &executor); !s.ok()) {
-    if (s.code() == Status::Code::kUnavailable || s.code() == Status::Code::kInvalidArgument) {
-      throw ConfigError("kvtier hw: " + s.message());
+// What the hardware does differently around the experiment driver (driver/experiment.h): the
+// hardware executor and its chunk store (created before the run row, removed after the run
+// unless kept), the store filled with every prewarmed chunk, one request at a time with the
+// executor sleeping until each arrival, and the environment in the metrics.
+class HwBackend : public ExperimentBackend {
+ public:
+  // Creates the executor and its store; an unusable store (no O_DIRECT) is an error here,
+  // before the run row exists. Throws ConfigError, std::runtime_error.
+  HwBackend(const Config& config, const ExperimentOptions& opts, const std::string& out_path)
+      : opts_(opts),
+        xo_(BuildHwExecutorOptions(config, opts, out_path + ".store-" + opts.system.name)),
+        remove_store_(config.GetString("hw.store_dir").empty() &&
+                      !config.GetBool("hw.keep_store")) {
+    std::error_code ec;
+    if (remove_store_) std::filesystem::remove_all(xo_.store_dir, ec);  // a crash's stale store
+    if (Status s = HwExecutor::Create(opts.model, opts.hardware, xo_, &executor_); !s.ok()) {
+      if (s.code() == Status::Code::kUnavailable || s.code() == Status::Code::kInvalidArgument) {
+        throw ConfigError("kvtier hw: " + s.message());
+      }
+      throw std::runtime_error("kvtier hw: cannot start the hardware executor: " + s.ToString());
     }
-    throw std::runtime_error("kvtier hw: cannot start the hardware executor: " + s.ToString());
+  }
+  ~HwBackend() override {
+    executor_.reset();  // before its store is removed
+    std::error_code ec;
+    if (remove_store_) std::filesystem::remove_all(xo_.store_dir, ec);
   }
 
-  ResultsDb db(out_path);
-  const RunInfo info = MakeRunInfo("hw", config, opts, trace_path);
-  const long long run_id = db.BeginRun(info);
-  std::unique_ptr<RunLog> db_log = db.NewRunLog(run_id, config.GetBool("log.transfers"));
-  RunLog& log = *db_log;
+  const char* mode() const override { return "hw"; }
+  const char* end_time_metric() const override { return "measured_s"; }
+  Executor& executor() override { return *executor_; }
 
-
-  TraceScoreSource scores(header, opts.model, none_model);
-  PipelineOptions popts;
-  popts.system = opts.system;
-  popts.log_chunk_decisions = config.GetBool("log.chunk_decisions");
-  popts.chunk_detail = true;  // hw moves real chunks
-  Pipeline pipeline(opts.model, popts, executor.get(), &scores, &log);
-
-  long long total = 0;
-  try {
-    total = std::stoll(header.Meta("requests", "0"));
-  } catch (const std::logic_error&) {
+  void ConfigurePipeline(PipelineOptions* options) override {
+    options->chunk_detail = true;  // hw moves real chunks
   }
-  if (opts.run.max_requests > 0 && (total == 0 || total > opts.run.max_requests)) {
-    total = opts.run.max_requests;
-  }
-  const long long max = opts.run.max_requests;
-  // The first run-time failure (prewarm writes, a request, background work): it stops the run.
-  Status failure;
-  if (opts.run.prewarm) {
-    TraceReader warm(trace_path);
-    TraceRecord rec;
-    for (long long i = 0; warm.Next(&rec) && (max == 0 || i < max); ++i) pipeline.Prewarm(rec.request);
+
+  Status BeforeServing(const Pipeline& pipeline, bool prewarmed) override {
+    Status failure;
     // The SSD holds every chunk: store every prewarmed segment's chunks, and copy the content
     // of those the caches placed in the CPU / GPU tiers into their arena slots.
     const RadixTree& tree = pipeline.tree();
-    for (std::uint32_t id = 1;; ++id) {
+    for (std::uint32_t id = 1; prewarmed && failure.ok(); ++id) {
       const Segment* seg = tree.FindSegment(id);
       if (seg == nullptr) break;
-      for (int l = 0; l < opts.model.layers && failure.ok(); ++l) {
+      for (int l = 0; l < opts_.model.layers && failure.ok(); ++l) {
         for (std::uint32_t c = 0; c < seg->num_chunks && failure.ok(); ++c) {
           for (KvKind kind : {KvKind::kKey, KvKind::kValue, KvKind::kProbeKey}) {
-            if (kind == KvKind::kProbeKey && !opts.system.itf) continue;
-            const Bytes b = StoredChunkBytes(opts.model, opts.system, *seg, c, kind);
-            failure = executor->Prepopulate(ChunkId::Make(id, kind, std::uint32_t(l), c), b, true)
+            if (kind == KvKind::kProbeKey && !opts_.system.itf) continue;
+            const Bytes b = StoredChunkBytes(opts_.model, opts_.system, *seg, c, kind);
+            failure = executor_->Prepopulate(ChunkId::Make(id, kind, std::uint32_t(l), c), b, true)
                           .Annotate("prewarm: storing segment " + std::to_string(id));
             if (!failure.ok()) break;
           }
         }
       }
-      if (!failure.ok()) break;
     }
+    executor_->ResetClock();  // times are since the run started; setup and prewarm excluded
+    return failure;
   }
-  executor->ResetClock();  // times are since the run started; setup and prewarm excluded
 
-  HwRunResult result;
-  result.run_id = run_id;
-  TraceReader reader(trace_path);
-  TraceRecord rec;
-  long long done = 0;
-  while (failure.ok() && (max == 0 || done < max) && reader.Next(&rec)) {
-    if (rec.request.arrival_s > executor->Now()) executor->IdleUntil(rec.request.arrival_s);
-    const RequestId id = rec.request.id;
-    Request request = rec.request;
-    scores.Add(std::move(rec));
-    failure = pipeline.Run(request, done < opts.run.warmup_requests);
-    scores.Release(id);
-    ++done;
-    if (progress) progress(done, total, executor->Now());
+  // One request at a time; the executor sleeps until each arrival.
+  ServeOutcome Serve(Pipeline& pipeline, const NextFn& next, const DoneFn& done) override {
+    ServeOutcome out;
+    ReplayItem item;
+    while (next(&item)) {
+      if (item.request.arrival_s > executor_->Now()) executor_->IdleUntil(item.request.arrival_s);
+      const Status st = pipeline.Run(item.request, item.warmup);
+      ++out.requests;
+      done(item, st);
+    }
+    // Background work is finished (and checked) after a failure too, so every transfer is
+    // logged as it ended and nothing is left running.
+    out.finish = pipeline.Finish();
+    executor_->Drain();
+    out.end_s = executor_->Now();
+    return out;
   }
-  // Background work is finished (and checked) after a failure too, so every transfer is
-  // logged as it ended and nothing is left running.
-  if (Status st = pipeline.Finish(); failure.ok()) failure = st;
-  executor->Drain();
-  result.requests = done;
-  result.measured_s = executor->Now();
-  result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
 
   // Environment and executor accounting.
-  const HwExecutorStats xs = executor->stats();
-  log.LogMetric("measured_s", result.measured_s);
-  log.LogMetric("wall_s", result.wall_s);
-  log.LogMetric("env.backend." + std::string(DeviceBackendName(executor->backend())), 1);
-  log.LogMetric("env.compute." + std::string(ComputeModeName(xo.compute)), 1);
-  log.LogMetric("env.io_backend." + executor->io_backend_name(), 1);
-  log.LogMetric("env.direct_io", executor->direct_io() ? 1 : 0);
-  log.LogMetric("env.allow_buffered", xo.allow_buffered ? 1 : 0);
-  log.LogMetric("env.dio_mem_align", executor->dio_mem_align());
-  log.LogMetric("env.dio_offset_align", executor->dio_offset_align());
-  log.LogMetric("env.queue_depth", xo.queue_depth);
-  log.LogMetric("env.slot_bytes", double(executor->slot_bytes()));
-  log.LogMetric("env.max_memory", double(xo.max_memory));
-  log.LogMetric("env.pace_pcie", xo.pace_pcie ? 1 : 0);
-  log.LogMetric("env.cpus", double(std::thread::hardware_concurrency()));
-  if (utsname u; uname(&u) == 0) log.LogMetric(std::string("env.kernel.") + u.release, 1);
-  if (struct statfs fs; statfs(xo.store_dir.c_str(), &fs) == 0) {
-    log.LogMetric("env.fs." + FsName(long(fs.f_type)), 1);
+  void LogMetrics(RunLog& log) override {
+    const HwExecutorStats xs = executor_->stats();
+    log.LogMetric("env.backend." + std::string(DeviceBackendName(executor_->backend())), 1);
+    log.LogMetric("env.compute." + std::string(ComputeModeName(xo_.compute)), 1);
+    log.LogMetric("env.io_backend." + executor_->io_backend_name(), 1);
+    log.LogMetric("env.direct_io", executor_->direct_io() ? 1 : 0);
+    log.LogMetric("env.allow_buffered", xo_.allow_buffered ? 1 : 0);
+    log.LogMetric("env.dio_mem_align", executor_->dio_mem_align());
+    log.LogMetric("env.dio_offset_align", executor_->dio_offset_align());
+    log.LogMetric("env.queue_depth", xo_.queue_depth);
+    log.LogMetric("env.slot_bytes", double(executor_->slot_bytes()));
+    log.LogMetric("env.max_memory", double(xo_.max_memory));
+    log.LogMetric("env.pace_pcie", xo_.pace_pcie ? 1 : 0);
+    log.LogMetric("env.cpus", double(std::thread::hardware_concurrency()));
+    if (utsname u; uname(&u) == 0) log.LogMetric(std::string("env.kernel.") + u.release, 1);
+    if (struct statfs fs; statfs(xo_.store_dir.c_str(), &fs) == 0) {
+      log.LogMetric("env.fs." + FsName(long(fs.f_type)), 1);
+    }
+    log.LogMetric("hw.chunks_read", double(xs.chunks_read));
+    log.LogMetric("hw.chunks_written", double(xs.chunks_written));
+    log.LogMetric("hw.bytes_read", double(xs.bytes_read));
+    log.LogMetric("hw.bytes_written", double(xs.bytes_written));
+    log.LogMetric("hw.bytes_h2d", double(xs.bytes_h2d));
+    log.LogMetric("hw.bytes_d2h", double(xs.bytes_d2h));
+    log.LogMetric("hw.bytes_gathered", double(xs.bytes_gathered));
+    log.LogMetric("hw.cpu_overflow_chunks", double(xs.cpu_overflow));
+    log.LogMetric("hw.gpu_overflow_chunks", double(xs.gpu_overflow));
+    log.LogMetric("hw.raw_waits", double(xs.raw_waits));
+    log.LogMetric("hw.staging_reused", double(xs.staging_reused));
+    log.LogMetric("hw.compute_busy_s", xs.compute_busy_s);
   }
-  log.LogMetric("hw.chunks_read", double(xs.chunks_read));
-  log.LogMetric("hw.chunks_written", double(xs.chunks_written));
-  log.LogMetric("hw.bytes_read", double(xs.bytes_read));
-  log.LogMetric("hw.bytes_written", double(xs.bytes_written));
-  log.LogMetric("hw.bytes_h2d", double(xs.bytes_h2d));
-  log.LogMetric("hw.bytes_d2h", double(xs.bytes_d2h));
-  log.LogMetric("hw.bytes_gathered", double(xs.bytes_gathered));
-  log.LogMetric("hw.cpu_overflow_chunks", double(xs.cpu_overflow));
-  log.LogMetric("hw.gpu_overflow_chunks", double(xs.gpu_overflow));
-  log.LogMetric("hw.raw_waits", double(xs.raw_waits));
-  log.LogMetric("hw.staging_reused", double(xs.staging_reused));
-  log.LogMetric("hw.compute_busy_s", xs.compute_busy_s);
-  log.Close();  // writes the last batch; throws (run stays incomplete) if it cannot
-  db_log.reset();
-  if (failure.ok()) {
-    db.EndRun(run_id, result.wall_s);
-  } else {
-    db.FailRun(run_id, result.wall_s, failure.ToString());
+
+ private:
+  const ExperimentOptions& opts_;
+  const HwExecutorOptions xo_;
+  const bool remove_store_;
+  std::unique_ptr<HwExecutor> executor_;
+};
+
+}  // namespace
+
+HwRunResult RunHardware(const Config& config, const std::string& trace_path,
+                        const std::string& out_path, const HwProgressFn& progress) {
+  Experiment experiment(config, trace_path, out_path);
+  const ExperimentOptions& opts = experiment.options();
+  if (opts.hardware.gpu_concurrent_prefills != 1) {
+    throw ConfigError(config.Where("gpu.concurrent_prefills") +
+                      ": kvtier hw serves one prefill at a time; only 1 is supported");
   }
-  const std::string store_dir = xo.store_dir;
-  executor.reset();
-  if (remove_store) std::filesystem::remove_all(store_dir, ec);
-  if (!failure.ok()) {
-    throw RunFailed("system " + opts.system.name + ", run " + std::to_string(run_id) + ": " +
-                    failure.ToString());
-  }
+  experiment.CheckTrace();  // before the store is created
+  HwBackend backend(config, opts, out_path);
+  const ExperimentResult r = experiment.Run(backend, progress);
+  HwRunResult result;
+  result.run_id = r.run_id;
+  result.requests = r.requests;
+  result.measured_s = r.end_s;
+  result.wall_s = r.wall_s;
   return result;
 }
 

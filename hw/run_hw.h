@@ -1,10 +1,11 @@
 #pragma once
 // One hardware run: one system, one trace, on this machine's real disk, memory and device,
 // written as one run (mode = 'hw') into a results database. What `kvtier hw` runs in a child
-// process per system; it mirrors sim/simulate.h so both modes serve the same requests the same
-// way: requests arrive at their trace times (the executor sleeps until then), the Pipeline
-// serves one at a time, run.prewarm stores every prefix first (and pre-populates the chunk
-// store), and the first run.warmup_requests requests are served but excluded from statistics.
+// process per system. The run itself is the experiment driver's (driver/experiment.h), the one
+// `kvtier sim` runs too, so both modes serve the same requests the same way: requests arrive at
+// their trace times (the executor sleeps until then), the Pipeline serves one at a time,
+// run.prewarm stores every prefix first (and pre-populates the chunk store), and the first
+// run.warmup_requests requests are served but excluded from statistics.
 //
 // The run's metrics also hold its environment, one row per fact ("env.backend.host" = 1,
 // "env.io_backend.io_uring" = 1, "env.direct_io" = 1, "env.dio_mem_align" = 512,

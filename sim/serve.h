@@ -15,14 +15,13 @@
 #include "core/pipeline.h"
 #include "core/request.h"
 #include "core/status.h"
+#include "driver/experiment.h"
 #include "sim/sim_executor.h"
 
 namespace kvtier::sim {
 
-struct ServeItem {
-  Request request;
-  bool warmup = false;  // excluded from statistics (run.warmup_requests)
-};
+// The request a worker takes: the experiment driver's item (driver/experiment.h).
+using ServeItem = ReplayItem;
 
 struct ServeResult {
   long long requests = 0;  // requests served

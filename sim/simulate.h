@@ -8,7 +8,8 @@
 // once, taken in arrival order (sim/serve.h; queueing shows in ttft_arrival_s - ttft_s). With
 // run.prewarm, every prefix of the trace is stored and the caches filled before the first
 // request (SPEC §VI-B); the first run.warmup_requests requests are simulated but excluded from
-// statistics.
+// statistics. The run itself is the experiment driver's, shared with `kvtier hw`
+// (driver/experiment.h); sim/simulate.cc adds only what the simulator does differently.
 
 #include <functional>
 #include <string>
