@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/command_line.h"
 #include "cli/commands.h"
 #include "core/errors.h"
 
@@ -165,12 +166,8 @@ int RunReport(const Args& args) {
   po::positional_options_description pos;
   pos.add("database", 1);
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw InputError(std::string("command line: ") + e.what() + " (kvtier report --help)");
-  }
+  StoreArgs("report", args, desc, desc, &vm, &pos);  // no option-name guessing
+  NotifyArgs("report", &vm);
   if (vm.count("help")) {
     std::ostringstream s;
     s << desc;
