@@ -252,28 +252,245 @@ ForwardResult LlamaModel::Prefill(std::span<const int32_t> tokens, KvCache* cach
   return Forward(tokens, cache, {}, options);
 }
 
+// One layer's attention for LlamaModel::Run: from the layer's new rows (q and k after RoPE, q
+// not yet scaled; v), writes attn ([n][n_heads * head_dim]). The cache still holds the
+// positions before the call (the new rows are appended after all layers' attention).
+class LlamaModel::Attention {
+ public:
+  virtual ~Attention() = default;
+  virtual void Layer(int layer, const RowMatrix& q, const RowMatrix& k, const RowMatrix& v,
+                     RowMatrix* attn) = 0;
+};
+
+namespace {
+
+// Forward's attention: each new row attends to the kept cached positions of its KV head and
+// causally to the new rows; optionally accumulates H2O column sums.
+class SelectionAttention final : public LlamaModel::Attention {
+ public:
+  SelectionAttention(const LlamaConfig& c, const KvCache& cache,
+                     const std::vector<std::vector<std::vector<int32_t>>>& kept,
+                     AttentionImportance* imp)
+      : c_(c), cache_(cache), kept_(kept), imp_(imp) {}
+
+  void Layer(int l, const RowMatrix& q, const RowMatrix& k, const RowMatrix& v,
+             RowMatrix* attn) override {
+    const LlamaConfig& c = c_;
+    const int n = static_cast<int>(q.rows()), P = cache_.n_tokens, hd = c.head_dim;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    // Per KV head: contiguous [kept cached rows; new rows] keys and values.
+    std::vector<RowMatrix> kg(c.n_kv_heads), vg(c.n_kv_heads);
+    for (int g = 0; g < c.n_kv_heads; ++g) {
+      const std::vector<int32_t>& ks = kept_[l][g];
+      const int m = static_cast<int>(ks.size());
+      kg[g].resize(m + n, hd);
+      vg[g].resize(m + n, hd);
+      for (int j = 0; j < m; ++j) {
+        kg[g].row(j) = Eigen::Map<const Eigen::RowVectorXf>(cache_.K(l, ks[j], g), hd);
+        vg[g].row(j) = Eigen::Map<const Eigen::RowVectorXf>(cache_.V(l, ks[j], g), hd);
+      }
+      kg[g].bottomRows(n) = k.middleCols(g * hd, hd);
+      vg[g].bottomRows(n) = v.middleCols(g * hd, hd);
+    }
+    const bool importance = imp_ != nullptr;
+
+    // Threads only pay off for real prefills: for decode steps (a few rows) the fork/join and
+    // the idle threads' spinning cost more than the heads' work (measured: 3x slower decode).
+#pragma omp parallel for schedule(dynamic, 1) if (int64_t{n} * (n + P) >= kParallelAttnWork)
+    for (int hq = 0; hq < c.n_heads; ++hq) {
+      const int g = hq / c.group_size();
+      const int m = static_cast<int>(kept_[l][g].size());
+      const RowMatrix qh = q.middleCols(hq * hd, hd) * scale;
+      RowMatrix scores;
+      Eigen::RowVectorXf colsum;
+      if (importance) colsum = Eigen::RowVectorXf::Zero(m + n);
+      for (int r0 = 0; r0 < n; r0 += kAttnRowBlock) {
+        const int rb = std::min(kAttnRowBlock, n - r0);
+        const int cols = m + r0 + rb;  // columns any row of this block may see
+        scores.noalias() = qh.middleRows(r0, rb) * kg[g].topRows(cols).transpose();
+        for (int i = 0; i < rb; ++i) {
+          const int valid = m + r0 + i + 1;  // kept cache + new tokens up to itself
+          auto s = scores.row(i).head(valid).array();
+          const float mx = s.maxCoeff();
+          s = (s - mx).exp();
+          s /= s.sum();
+          scores.row(i).tail(cols - valid).setZero();
+        }
+        attn->block(r0, hq * hd, rb, hd).noalias() = scores * vg[g].topRows(cols);
+        if (importance) colsum.head(cols) += scores.colwise().sum();
+      }
+      if (importance) {
+        std::vector<float>& out = imp_->per_q_head[l][hq];
+        const std::vector<int32_t>& ks = kept_[l][g];
+        for (int j = 0; j < m; ++j) out[ks[j]] = colsum[j];
+        for (int j = 0; j < n; ++j) out[P + j] = colsum[m + j];
+      }
+    }
+    if (importance) {
+      for (int hq = 0; hq < c.n_heads; ++hq) {
+        std::vector<float>& dst = imp_->per_kv_head[l][hq / c.group_size()];
+        const std::vector<float>& src = imp_->per_q_head[l][hq];
+        for (int j = 0; j < P + n; ++j) dst[j] += src[j];
+      }
+    }
+  }
+
+ private:
+  const LlamaConfig& c_;
+  const KvCache& cache_;
+  const std::vector<std::vector<std::vector<int32_t>>>& kept_;
+  AttentionImportance* imp_;
+};
+
+// Softmax of the first `valid` entries of `row` in place; the rest set to 0.
+void SoftmaxPrefix(Eigen::Ref<Eigen::RowVectorXf> row, int valid) {
+  auto s = row.head(valid).array();
+  const float mx = s.maxCoeff();
+  s = (s - mx).exp();
+  s /= s.sum();
+  row.tail(row.size() - valid).setZero();
+}
+
+// The positions of `scores` [0, limit) ranked by score (best first, ties to the lower index),
+// the first min(k, limit) of them.
+std::vector<int32_t> RankedTopK(const float* scores, int limit, int k) {
+  k = std::max(0, std::min(k, limit));
+  std::vector<int32_t> idx(limit);
+  for (int j = 0; j < limit; ++j) idx[j] = j;
+  const auto better = [scores](int32_t a, int32_t b) {
+    return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
+  };
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), better);
+  idx.resize(k);
+  return idx;
+}
+
+// ForwardLowBit's attention (see LowBitAttention in llama.h).
+class LowBitAttentionImpl final : public LlamaModel::Attention {
+ public:
+  LowBitAttentionImpl(const LlamaConfig& c, const KvCache& cache, const LowBitAttention& o,
+                      LowBitAttentionResult* out)
+      : c_(c), cache_(cache), o_(o), out_(out), mask_(cache.n_tokens, 0) {}
+
+  void Layer(int l, const RowMatrix& q, const RowMatrix& k, const RowMatrix& v,
+             RowMatrix* attn) override {
+    const LlamaConfig& c = c_;
+    const KiviCache& low = *o_.lowbit;
+    const int n = static_cast<int>(q.rows()), P = cache_.n_tokens, hd = c.head_dim;
+    const int qk = low.key_tokens(), qv = low.value_tokens(), lim = low.low_bit_tokens();
+    const int group = c.group_size();
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    RowMatrix kg(P + n, hd), vg(P + n, hd), qh, scores;
+    for (int g = 0; g < c.n_kv_heads; ++g) {
+      // Low-bit where quantized, full precision in the residual window; new rows last.
+      for (int j = 0; j < P; ++j) {
+        kg.row(j) = Eigen::Map<const Eigen::RowVectorXf>(
+            j < qk ? low.K(l, j, g) : cache_.K(l, j, g), hd);
+        vg.row(j) = Eigen::Map<const Eigen::RowVectorXf>(
+            j < qv ? low.V(l, j, g) : cache_.V(l, j, g), hd);
+      }
+      kg.bottomRows(n) = k.middleCols(g * hd, hd);
+      vg.bottomRows(n) = v.middleCols(g * hd, hd);
+
+      // The positions read in 16 bits: SpeCache's prefetched set, or (without speculation)
+      // the top-k of row 0's attention over the low-bit cache computed right here.
+      const std::vector<int32_t>* fetched = nullptr;
+      if (o_.self_select_k > 0) {
+        Eigen::RowVectorXf sum = Eigen::RowVectorXf::Zero(P + 1);
+        for (int hq = g * group; hq < (g + 1) * group; ++hq) {
+          Eigen::RowVectorXf s = (q.row(0).segment(hq * hd, hd) * scale) *
+                                 kg.topRows(P + 1).transpose();
+          SoftmaxPrefix(s, P + 1);
+          sum += s;
+        }
+        out_->selected[l][g] = RankedTopK(sum.data(), lim, o_.self_select_k);
+        fetched = &out_->selected[l][g];
+      } else if (o_.fetched != nullptr && !o_.fetched->empty()) {
+        fetched = &(*o_.fetched)[l][g];
+      }
+      if (fetched != nullptr) {
+        for (int32_t j : *fetched) {
+          KVTIER_CHECK(j >= 0 && j < P, "fetched position outside the cache");
+          mask_[j] = 1;
+          kg.row(j) = Eigen::Map<const Eigen::RowVectorXf>(cache_.K(l, j, g), hd);
+          vg.row(j) = Eigen::Map<const Eigen::RowVectorXf>(cache_.V(l, j, g), hd);
+        }
+      }
+
+      Eigen::RowVectorXf capture;
+      if (o_.capture_row >= 0) capture = Eigen::RowVectorXf::Zero(P + n);
+      for (int hq = g * group; hq < (g + 1) * group; ++hq) {
+        qh = q.middleCols(hq * hd, hd) * scale;
+        scores.noalias() = qh * kg.transpose();
+        for (int i = 0; i < n; ++i) SoftmaxPrefix(scores.row(i), P + i + 1);
+        attn->middleCols(hq * hd, hd).noalias() = scores * vg;
+        if (o_.capture_row >= 0) capture += scores.row(o_.capture_row);
+      }
+      if (o_.capture_row >= 0) {
+        out_->captured[l][g] = RankedTopK(capture.data(), o_.capture_limit, o_.capture_k);
+      }
+      if (o_.exact_row >= 0) Exact(l, g, q, k, fetched, lim);
+      if (fetched != nullptr) {
+        for (int32_t j : *fetched) mask_[j] = 0;
+      }
+    }
+  }
+
+ private:
+  // The exact (full-precision) attention of row exact_row for KV head g's query heads: its
+  // ranked top-k over the low-bit positions and the attention mass the fetched set covers.
+  void Exact(int l, int g, const RowMatrix& q, const RowMatrix& k,
+             const std::vector<int32_t>* fetched, int lim) {
+    const LlamaConfig& c = c_;
+    const int P = cache_.n_tokens, hd = c.head_dim, r = o_.exact_row, cols = P + r + 1;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    RowMatrix kf(cols, hd);
+    for (int j = 0; j < P; ++j) kf.row(j) = Eigen::Map<const Eigen::RowVectorXf>(cache_.K(l, j, g), hd);
+    kf.bottomRows(r + 1) = k.block(0, g * hd, r + 1, hd);
+    Eigen::RowVectorXf sum = Eigen::RowVectorXf::Zero(cols);
+    std::vector<Eigen::RowVectorXf> heads;
+    for (int hq = g * c.group_size(); hq < (g + 1) * c.group_size(); ++hq) {
+      Eigen::RowVectorXf s = (q.row(r).segment(hq * hd, hd) * scale) * kf.transpose();
+      SoftmaxPrefix(s, cols);
+      sum += s;
+      heads.push_back(std::move(s));
+    }
+    std::vector<int32_t> top = RankedTopK(sum.data(), lim, o_.exact_k);
+    for (const Eigen::RowVectorXf& s : heads) {
+      const double low = s.head(lim).sum();
+      LowBitAttentionResult::Mass& m = out_->mass;
+      m.low_bit += low;
+      ++m.heads;
+      if (!(low > 0)) continue;
+      double hit = 0, oracle = 0;
+      if (fetched != nullptr) {
+        for (int32_t j : *fetched) hit += j < lim ? s[j] : 0.0f;
+      }
+      for (int32_t j : top) oracle += s[j];
+      m.hit_share += hit / low;
+      m.oracle_share += oracle / low;
+      ++m.shares;
+    }
+    out_->exact_topk[l][g] = std::move(top);
+    if (o_.keep_exact_scores) out_->exact_scores[l][g].assign(sum.data(), sum.data() + cols);
+  }
+
+  const LlamaConfig& c_;
+  const KvCache& cache_;
+  const LowBitAttention& o_;
+  LowBitAttentionResult* out_;
+  std::vector<std::uint8_t> mask_;
+};
+
+}  // namespace
+
 ForwardResult LlamaModel::Forward(std::span<const int32_t> tokens, KvCache* cache,
                                   const PrefixSelection& selection,
                                   const ForwardOptions& options) const {
   const LlamaConfig& c = config_;
   const int n = static_cast<int>(tokens.size());
   const int P = cache->n_tokens;
-  if (n == 0) throw InputError(Where(path_) + "Forward: no tokens");
-  KVTIER_CHECK(cache->n_layers == c.n_layers && cache->n_kv_heads == c.n_kv_heads &&
-                   cache->head_dim == c.head_dim,
-               "KvCache shaped for another model");
-  if (static_cast<int64_t>(P) + n > c.context_length) {
-    throw InputError(Where(path_) + "input of " + std::to_string(n) + " tokens after " +
-                     std::to_string(P) + " cached is longer than the context length " +
-                     std::to_string(c.context_length));
-  }
-  for (int i = 0; i < n; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= c.vocab_size) {
-      throw InputError(Where(path_) + "token id " + std::to_string(tokens[i]) + " at index " +
-                       std::to_string(i) + " outside the vocabulary (" +
-                       std::to_string(c.vocab_size) + ")");
-    }
-  }
+  CheckInput(tokens, *cache);
   // Resolve the selection into, per layer and KV head, the cached positions attended.
   const int n_sel = selection.empty() ? 0 : selection.n_prefix;
   if (!selection.empty()) {
@@ -322,10 +539,7 @@ ForwardResult LlamaModel::Forward(std::span<const int32_t> tokens, KvCache* cach
     }
   }
 
-  ForwardResult result;
-  result.n_new = n;
-  result.first_position = P;
-  AttentionImportance& imp = result.importance;
+  AttentionImportance imp;
   if (options.importance) {
     imp.n_query_rows = n;
     imp.n_cached = P;
@@ -335,9 +549,89 @@ ForwardResult LlamaModel::Forward(std::span<const int32_t> tokens, KvCache* cach
     imp.per_kv_head.assign(c.n_layers, std::vector<std::vector<float>>(
                                            c.n_kv_heads, std::vector<float>(P + n, 0.0f)));
   }
+  SelectionAttention attention(c, *cache, kept, options.importance ? &imp : nullptr);
+  ForwardResult result =
+      Run(tokens, cache, options.update_cache ? n : 0, options.all_logits, &attention);
+  result.importance = std::move(imp);
+  return result;
+}
+
+ForwardResult LlamaModel::ForwardLowBit(std::span<const int32_t> tokens, KvCache* cache,
+                                        int append_rows, const LowBitAttention& attention,
+                                        LowBitAttentionResult* out) const {
+  const LlamaConfig& c = config_;
+  const int n = static_cast<int>(tokens.size());
+  const int P = cache->n_tokens;
+  CheckInput(tokens, *cache);
+  KVTIER_CHECK(append_rows >= 0 && append_rows <= n, "ForwardLowBit: append_rows out of range");
+  KVTIER_CHECK(attention.lowbit != nullptr, "ForwardLowBit without a low-bit cache");
+  const KiviCache& low = *attention.lowbit;
+  KVTIER_CHECK(low.key_tokens() == KeyQuantizedTokens(P, low.config().residual) &&
+                   low.value_tokens() == ValueQuantizedTokens(P, low.config().residual),
+               "ForwardLowBit: the low-bit cache is not synced to the KvCache");
+  KVTIER_CHECK(attention.capture_row < n && attention.exact_row < n,
+               "ForwardLowBit: capture/exact row outside the new rows");
+  KVTIER_CHECK(attention.capture_limit >= 0 && attention.capture_limit <= P + n,
+               "ForwardLowBit: capture limit outside the columns");
+  if (attention.fetched != nullptr && !attention.fetched->empty()) {
+    KVTIER_CHECK(static_cast<int>(attention.fetched->size()) == c.n_layers,
+                 "ForwardLowBit: fetched sets for another layer count");
+    for (const auto& layer : *attention.fetched) {
+      KVTIER_CHECK(static_cast<int>(layer.size()) == c.n_kv_heads,
+                   "ForwardLowBit: fetched sets for another KV head count");
+    }
+  }
+  LowBitAttentionResult local;
+  LowBitAttentionResult* r = out != nullptr ? out : &local;
+  *r = LowBitAttentionResult();
+  const auto sets = [&]() {
+    return std::vector<std::vector<std::vector<int32_t>>>(
+        c.n_layers, std::vector<std::vector<int32_t>>(c.n_kv_heads));
+  };
+  if (attention.self_select_k > 0) r->selected = sets();
+  if (attention.capture_row >= 0) r->captured = sets();
+  if (attention.exact_row >= 0) {
+    r->exact_topk = sets();
+    if (attention.keep_exact_scores) {
+      r->exact_scores.assign(c.n_layers, std::vector<std::vector<float>>(c.n_kv_heads));
+    }
+  }
+  LowBitAttentionImpl impl(c, *cache, attention, r);
+  return Run(tokens, cache, append_rows, /*all_logits=*/true, &impl);
+}
+
+void LlamaModel::CheckInput(std::span<const int32_t> tokens, const KvCache& cache) const {
+  const LlamaConfig& c = config_;
+  const int n = static_cast<int>(tokens.size());
+  const int P = cache.n_tokens;
+  if (n == 0) throw InputError(Where(path_) + "Forward: no tokens");
+  KVTIER_CHECK(cache.n_layers == c.n_layers && cache.n_kv_heads == c.n_kv_heads &&
+                   cache.head_dim == c.head_dim,
+               "KvCache shaped for another model");
+  if (static_cast<int64_t>(P) + n > c.context_length) {
+    throw InputError(Where(path_) + "input of " + std::to_string(n) + " tokens after " +
+                     std::to_string(P) + " cached is longer than the context length " +
+                     std::to_string(c.context_length));
+  }
+  for (int i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= c.vocab_size) {
+      throw InputError(Where(path_) + "token id " + std::to_string(tokens[i]) + " at index " +
+                       std::to_string(i) + " outside the vocabulary (" +
+                       std::to_string(c.vocab_size) + ")");
+    }
+  }
+}
+
+ForwardResult LlamaModel::Run(std::span<const int32_t> tokens, KvCache* cache, int append_rows,
+                              bool all_logits, Attention* attention) const {
+  const LlamaConfig& c = config_;
+  const int n = static_cast<int>(tokens.size());
+  const int P = cache->n_tokens;
+  ForwardResult result;
+  result.n_new = n;
+  result.first_position = P;
 
   const int hd = c.head_dim, q_dim = c.n_heads * hd, kv_dim = c.n_kv_heads * hd;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   RowMatrix x(n, c.d_model);
   for (int i = 0; i < n; ++i) x.row(i) = w_->embedding.row(tokens[i]);
   RowMatrix h, q, k, v, attn(n, q_dim), gate, up;
@@ -350,61 +644,7 @@ ForwardResult LlamaModel::Forward(std::span<const int32_t> tokens, KvCache* cach
     Project(h, L.wv, &v);
     ApplyRope(&q, c.n_heads, hd, c.rope_dims, c.rope_theta, P);
     ApplyRope(&k, c.n_kv_heads, hd, c.rope_dims, c.rope_theta, P);
-
-    // Per KV head: contiguous [kept cached rows; new rows] keys and values.
-    std::vector<RowMatrix> kg(c.n_kv_heads), vg(c.n_kv_heads);
-    for (int g = 0; g < c.n_kv_heads; ++g) {
-      const std::vector<int32_t>& ks = kept[l][g];
-      const int m = static_cast<int>(ks.size());
-      kg[g].resize(m + n, hd);
-      vg[g].resize(m + n, hd);
-      for (int j = 0; j < m; ++j) {
-        kg[g].row(j) = Eigen::Map<const Eigen::RowVectorXf>(cache->K(l, ks[j], g), hd);
-        vg[g].row(j) = Eigen::Map<const Eigen::RowVectorXf>(cache->V(l, ks[j], g), hd);
-      }
-      kg[g].bottomRows(n) = k.middleCols(g * hd, hd);
-      vg[g].bottomRows(n) = v.middleCols(g * hd, hd);
-    }
-
-    // Threads only pay off for real prefills: for decode steps (a few rows) the fork/join and
-    // the idle threads' spinning cost more than the heads' work (measured: 3x slower decode).
-#pragma omp parallel for schedule(dynamic, 1) if (int64_t{n} * (n + P) >= kParallelAttnWork)
-    for (int hq = 0; hq < c.n_heads; ++hq) {
-      const int g = hq / c.group_size();
-      const int m = static_cast<int>(kept[l][g].size());
-      const RowMatrix qh = q.middleCols(hq * hd, hd) * scale;
-      RowMatrix scores;
-      Eigen::RowVectorXf colsum;
-      if (options.importance) colsum = Eigen::RowVectorXf::Zero(m + n);
-      for (int r0 = 0; r0 < n; r0 += kAttnRowBlock) {
-        const int rb = std::min(kAttnRowBlock, n - r0);
-        const int cols = m + r0 + rb;  // columns any row of this block may see
-        scores.noalias() = qh.middleRows(r0, rb) * kg[g].topRows(cols).transpose();
-        for (int i = 0; i < rb; ++i) {
-          const int valid = m + r0 + i + 1;  // kept cache + new tokens up to itself
-          auto s = scores.row(i).head(valid).array();
-          const float mx = s.maxCoeff();
-          s = (s - mx).exp();
-          s /= s.sum();
-          scores.row(i).tail(cols - valid).setZero();
-        }
-        attn.block(r0, hq * hd, rb, hd).noalias() = scores * vg[g].topRows(cols);
-        if (options.importance) colsum.head(cols) += scores.colwise().sum();
-      }
-      if (options.importance) {
-        std::vector<float>& out = imp.per_q_head[l][hq];
-        const std::vector<int32_t>& ks = kept[l][g];
-        for (int j = 0; j < m; ++j) out[ks[j]] = colsum[j];
-        for (int j = 0; j < n; ++j) out[P + j] = colsum[m + j];
-      }
-    }
-    if (options.importance) {
-      for (int hq = 0; hq < c.n_heads; ++hq) {
-        std::vector<float>& dst = imp.per_kv_head[l][hq / c.group_size()];
-        const std::vector<float>& src = imp.per_q_head[l][hq];
-        for (int j = 0; j < P + n; ++j) dst[j] += src[j];
-      }
-    }
+    attention->Layer(l, q, k, v, &attn);
     MatMulT(attn, L.wo, x, true);
 
     RmsNorm(x, L.ffn_norm, c.rms_eps, &h);
@@ -413,20 +653,20 @@ ForwardResult LlamaModel::Forward(std::span<const int32_t> tokens, KvCache* cach
     gate = (gate.array() / (1.0f + (-gate.array()).exp()) * up.array()).matrix();  // SiLU(g)*u
     MatMulT(gate, L.w_down, x, true);
 
-    if (options.update_cache) {
+    if (append_rows > 0) {
       const size_t at = static_cast<size_t>(P) * kv_dim;
-      cache->k[l].resize(at + static_cast<size_t>(n) * kv_dim);
-      cache->v[l].resize(at + static_cast<size_t>(n) * kv_dim);
-      Eigen::Map<RowMatrix>(cache->k[l].data() + at, n, kv_dim) = k;
-      Eigen::Map<RowMatrix>(cache->v[l].data() + at, n, kv_dim) = v;
+      cache->k[l].resize(at + static_cast<size_t>(append_rows) * kv_dim);
+      cache->v[l].resize(at + static_cast<size_t>(append_rows) * kv_dim);
+      Eigen::Map<RowMatrix>(cache->k[l].data() + at, append_rows, kv_dim) = k.topRows(append_rows);
+      Eigen::Map<RowMatrix>(cache->v[l].data() + at, append_rows, kv_dim) = v.topRows(append_rows);
     }
   }
-  if (options.update_cache) cache->n_tokens = P + n;
+  if (append_rows > 0) cache->n_tokens = P + append_rows;
 
   RowMatrix hn;
   RmsNorm(x, w_->output_norm, c.rms_eps, &hn);
   result.hidden.assign(hn.data(), hn.data() + hn.size());
-  result.logits_rows = options.all_logits ? n : 1;
+  result.logits_rows = all_logits ? n : 1;
   result.logits.resize(static_cast<size_t>(result.logits_rows) * c.vocab_size);
   Eigen::Map<RowMatrix> logits(result.logits.data(), result.logits_rows, c.vocab_size);
   MatMulT(hn.bottomRows(result.logits_rows), w_->Output(), logits, false);

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "models/kivi.h"
 #include "models/tokenizer.h"
 
 namespace kvtier {
@@ -135,6 +136,51 @@ struct ForwardResult {
   }
 };
 
+// Low-bit attention for one decode forward (KIVI and SpeCache; models/decode.h drives it).
+// A cached position p reads its key from `lowbit` when p < lowbit->key_tokens() and its value
+// when p < lowbit->value_tokens(), unless p is fetched (then both are read in full precision
+// from the KvCache: SpeCache's C' ∪ C_K, eq. 1); the residual window and the new rows are full
+// precision. New rows attend causally to each other.
+struct LowBitAttention {
+  const KiviCache* lowbit = nullptr;  // REQUIRED, synced to the KvCache (KiviCache::Sync)
+  // SpeCache: per layer, per KV head, the cached positions read in 16 bits (distinct, in
+  // [0, cache size)). Null or empty: none (KIVI).
+  const std::vector<std::vector<std::vector<int32_t>>>* fetched = nullptr;
+  // SpeCache without speculation (paper Table 4, non-speculative fetching): when > 0, each
+  // layer first attends row 0 over the low-bit cache, takes each KV head's top self_select_k
+  // low-bit positions by that attention (summed over the head's query heads), reads them in 16
+  // bits and computes the layer's attention again. `fetched` is then ignored.
+  int self_select_k = 0;
+  // Speculative top-k: the ranked top capture_k positions in [0, capture_limit) of row
+  // capture_row's attention, per KV head (summed over its query heads). -1: none.
+  int capture_row = -1;
+  int capture_k = 0;
+  int capture_limit = 0;
+  // Measurement: row exact_row's exact attention (full-precision keys at every position): its
+  // ranked top exact_k low-bit positions per KV head and the share of its low-bit attention
+  // mass that the 16-bit set covers. -1: none.
+  int exact_row = -1;
+  int exact_k = 0;
+  bool keep_exact_scores = false;  // also return the exact per-KV-head scores
+};
+
+// What ForwardLowBit measured, per layer and KV head (empty when not asked for).
+struct LowBitAttentionResult {
+  std::vector<std::vector<std::vector<int32_t>>> selected;    // self-selected sets, ranked
+  std::vector<std::vector<std::vector<int32_t>>> captured;    // capture_row's top-k, ranked
+  std::vector<std::vector<std::vector<int32_t>>> exact_topk;  // exact_row's top-k, ranked
+  // exact_row's exact attention, summed over each KV head's query heads, columns
+  // [0, cache size + exact_row] (keep_exact_scores only).
+  std::vector<std::vector<std::vector<float>>> exact_scores;
+  // Sums over (layer, query head) of exact_row's attention: mass on low-bit positions
+  // (`low_bit`, `heads` terms), and, over the terms whose low-bit mass is > 0 (`shares`), the
+  // share of that mass on the 16-bit set (the hit rate) and on the exact top-k (its best case).
+  struct Mass {
+    double low_bit = 0, hit_share = 0, oracle_share = 0;
+    std::int64_t heads = 0, shares = 0;
+  } mass;
+};
+
 class LlamaModel {
  public:
   // Loads a Llama-architecture GGUF (general.architecture == "llama"): config from metadata,
@@ -163,6 +209,15 @@ class LlamaModel {
                         const PrefixSelection& selection = {},
                         const ForwardOptions& options = {}) const;
 
+  // A decode forward with low-bit attention (LowBitAttention): `tokens` run at positions
+  // cache->n_tokens, ..., logits for every row; the first `append_rows` rows' K/V are appended
+  // to `cache` (SpeCache keeps the output token's, not the speculative token's). `out` (may be
+  // null) receives the measurements. Throws InputError as Forward does.
+  // REQUIRES: attention.lowbit synced to `cache`; rows named by attention are new rows.
+  ForwardResult ForwardLowBit(std::span<const int32_t> tokens, KvCache* cache, int append_rows,
+                              const LowBitAttention& attention,
+                              LowBitAttentionResult* out) const;
+
   // Forward on an empty cache; returns the cache through `cache`.
   ForwardResult Prefill(std::span<const int32_t> tokens, KvCache* cache,
                         const ForwardOptions& options = {}) const;
@@ -184,6 +239,16 @@ class LlamaModel {
  private:
   struct Weights;
   LlamaModel();
+
+ public:
+  class Attention;  // one layer's attention (llama.cc): Forward's and ForwardLowBit's
+
+ private:
+  void CheckInput(std::span<const int32_t> tokens, const KvCache& cache) const;
+  // The layers: embedding, per layer norm/QKV/RoPE, `attention`, output projection and FFN;
+  // appends the first `append_rows` new rows' K/V to `cache`.
+  ForwardResult Run(std::span<const int32_t> tokens, KvCache* cache, int append_rows,
+                    bool all_logits, Attention* attention) const;
 
   std::string path_;
   LlamaConfig config_;

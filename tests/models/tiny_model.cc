@@ -1,5 +1,6 @@
 #include "tests/models/tiny_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <stdexcept>
@@ -252,6 +253,308 @@ RefResult ReferenceForward(const std::string& path, const std::vector<int32_t>& 
   }
   const std::vector<double> on = ReadVector(*f, "output_norm.weight");
   for (int i = n_prefix; i < T; ++i) res.logits.push_back(MatVec(out_w, RmsNorm(x[i], on, eps)));
+  return res;
+}
+
+}  // namespace kvtier::testing
+
+namespace kvtier::testing {
+namespace {
+
+struct RefLayer {
+  Mat wq, wk, wv, wo, wg, wu, wd;
+  std::vector<double> an, fn;
+};
+
+struct RefModel {
+  int L = 0, d = 0, nh = 0, nkv = 0, hd = 0, group = 0;
+  double theta = 0, eps = 0;
+  Mat emb, out_w;
+  std::vector<double> on;
+  std::vector<RefLayer> layers;
+};
+
+RefModel LoadRef(const std::string& path) {
+  const auto f = GgufFile::Open(path);
+  RefModel m;
+  m.L = static_cast<int>(f->GetInt("llama.block_count"));
+  m.d = static_cast<int>(f->GetInt("llama.embedding_length"));
+  m.nh = static_cast<int>(f->GetInt("llama.attention.head_count"));
+  m.nkv = static_cast<int>(f->GetInt("llama.attention.head_count_kv"));
+  m.theta = f->GetFloat("llama.rope.freq_base");
+  m.eps = f->GetFloat("llama.attention.layer_norm_rms_epsilon");
+  m.hd = m.d / m.nh;
+  m.group = m.nh / m.nkv;
+  m.emb = ReadMatrix(*f, "token_embd.weight");
+  m.out_w = f->FindTensor("output.weight") ? ReadMatrix(*f, "output.weight") : m.emb;
+  m.on = ReadVector(*f, "output_norm.weight");
+  for (int l = 0; l < m.L; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    RefLayer r;
+    r.wq = ReadMatrix(*f, p + "attn_q.weight");
+    r.wk = ReadMatrix(*f, p + "attn_k.weight");
+    r.wv = ReadMatrix(*f, p + "attn_v.weight");
+    r.wo = ReadMatrix(*f, p + "attn_output.weight");
+    r.wg = ReadMatrix(*f, p + "ffn_gate.weight");
+    r.wu = ReadMatrix(*f, p + "ffn_up.weight");
+    r.wd = ReadMatrix(*f, p + "ffn_down.weight");
+    r.an = ReadVector(*f, p + "attn_norm.weight");
+    r.fn = ReadVector(*f, p + "ffn_norm.weight");
+    m.layers.push_back(std::move(r));
+  }
+  return m;
+}
+
+using Cache = std::vector<std::vector<std::vector<double>>>;  // [layer][position][kv_dim]
+using Sets = std::vector<std::vector<std::set<int32_t>>>;    // [layer][kv_head]
+
+// KIVI fake quantization of one group, in float as the model does it.
+void RefQuantGroup(std::vector<float>* x, int bits, bool improved) {
+  float lo = (*x)[0], hi = (*x)[0];
+  for (float v : *x) {
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  float z, s;
+  if (bits == 1 && improved) {
+    z = (3.0f * lo + hi) / 4.0f;
+    s = (hi - lo) / 2.0f;
+  } else {
+    z = lo;
+    s = (hi - lo) / static_cast<float>((1 << bits) - 1);
+  }
+  for (float& v : *x) {
+    int q = 0;
+    if (s > 0) {
+      q = static_cast<int>(std::floor((v - z) / s + 0.5f));
+      q = std::max(0, std::min((1 << bits) - 1, q));
+    }
+    v = q * s + z;
+  }
+}
+
+// The low-bit copy of the first n positions: keys per channel in groups of g tokens for
+// positions below floor(n / R) * R, values per token in groups of g channels below n - R.
+void RefQuantize(const Cache& k, const Cache& v, int n, const RefDecodeOptions& o, int hd,
+                 Cache* lk, Cache* lv) {
+  const int qk = n / o.residual * o.residual, qv = std::max(0, n - o.residual);
+  *lk = k;
+  *lv = v;
+  for (size_t l = 0; l < k.size(); ++l) {
+    const size_t dim = k[l].empty() ? 0 : k[l][0].size();
+    for (int t0 = 0; t0 < qk; t0 += o.group) {
+      for (size_t c = 0; c < dim; ++c) {
+        std::vector<float> g;
+        for (int t = t0; t < t0 + o.group; ++t) g.push_back(static_cast<float>(k[l][t][c]));
+        RefQuantGroup(&g, o.bits, o.improved_1bit);
+        for (int t = t0; t < t0 + o.group; ++t) (*lk)[l][t][c] = g[t - t0];
+      }
+    }
+    const int gv = std::min(o.group, hd);
+    for (int t = 0; t < qv; ++t) {
+      for (size_t c0 = 0; c0 < dim; c0 += gv) {
+        std::vector<float> g;
+        for (size_t c = c0; c < c0 + gv; ++c) g.push_back(static_cast<float>(v[l][t][c]));
+        RefQuantGroup(&g, o.bits, o.improved_1bit);
+        for (size_t c = c0; c < c0 + gv; ++c) (*lv)[l][t][c] = g[c - c0];
+      }
+    }
+  }
+}
+
+// The best k of positions [0, limit) by score (ties to the lower index).
+std::set<int32_t> RefTopK(const std::vector<double>& score, int limit, int k) {
+  std::vector<int32_t> idx(limit);
+  for (int j = 0; j < limit; ++j) idx[j] = j;
+  std::sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) {
+    return score[a] > score[b] || (score[a] == score[b] && a < b);
+  });
+  idx.resize(std::min(k, limit));
+  return std::set<int32_t>(idx.begin(), idx.end());
+}
+
+struct RefRowsPlan {
+  const Cache* low_k = nullptr;  // null: full precision everywhere
+  const Cache* low_v = nullptr;
+  int qk = 0, qv = 0;            // low-bit limits
+  const Sets* fetched = nullptr;
+  int self_select_k = 0;
+  int capture_row = -1, capture_k = 0, capture_limit = 0;
+};
+
+struct RefRowsOut {
+  std::vector<std::vector<double>> logits;            // per new row
+  Sets captured, selected;
+  std::vector<std::vector<std::vector<double>>> k, v;  // [layer][row][kv_dim]
+};
+
+// The new rows `tokens` at positions P.. over the cache (k, v: positions [0, P)).
+RefRowsOut RefRows(const RefModel& m, const Cache& k, const Cache& v, int P,
+                   const std::vector<int32_t>& tokens, const RefRowsPlan& plan) {
+  const int n = static_cast<int>(tokens.size());
+  const int lim = std::max(plan.qk, plan.qv);
+  RefRowsOut out;
+  out.captured.assign(m.L, std::vector<std::set<int32_t>>(m.nkv));
+  out.selected = out.captured;
+  out.k.assign(m.L, {});
+  out.v.assign(m.L, {});
+  std::vector<std::vector<double>> x(n);
+  for (int i = 0; i < n; ++i) x[i] = m.emb[tokens[i]];
+  for (int l = 0; l < m.L; ++l) {
+    const RefLayer& w = m.layers[l];
+    std::vector<std::vector<double>> q(n), kn(n), vn(n);
+    for (int i = 0; i < n; ++i) {
+      const std::vector<double> h = RmsNorm(x[i], w.an, m.eps);
+      q[i] = MatVec(w.wq, h);
+      kn[i] = MatVec(w.wk, h);
+      vn[i] = MatVec(w.wv, h);
+      Rope(&q[i], m.nh, m.hd, m.theta, P + i);
+      Rope(&kn[i], m.nkv, m.hd, m.theta, P + i);
+    }
+    // Per-position key/value of KV head g as the attention reads them, given the 16-bit set.
+    const auto key = [&](int g, int j, const std::set<int32_t>& f) -> const double* {
+      if (j >= P) return kn[j - P].data() + g * m.hd;
+      const bool low = plan.low_k != nullptr && j < plan.qk && !f.count(j);
+      return (low ? (*plan.low_k)[l][j] : k[l][j]).data() + g * m.hd;
+    };
+    const auto value = [&](int g, int j, const std::set<int32_t>& f) -> const double* {
+      if (j >= P) return vn[j - P].data() + g * m.hd;
+      const bool low = plan.low_v != nullptr && j < plan.qv && !f.count(j);
+      return (low ? (*plan.low_v)[l][j] : v[l][j]).data() + g * m.hd;
+    };
+    const auto probs = [&](int i, int h, const std::set<int32_t>& f) {
+      const int g = h / m.group, cols = P + i + 1;
+      std::vector<double> s(cols);
+      double mx = -1e300;
+      for (int j = 0; j < cols; ++j) {
+        const double* kr = key(g, j, f);
+        double dot = 0;
+        for (int e = 0; e < m.hd; ++e) dot += q[i][h * m.hd + e] * kr[e];
+        s[j] = dot / std::sqrt(static_cast<double>(m.hd));
+        mx = std::max(mx, s[j]);
+      }
+      double sum = 0;
+      for (double& e : s) sum += (e = std::exp(e - mx));
+      for (double& e : s) e /= sum;
+      return s;
+    };
+    std::vector<std::vector<double>> attn(n, std::vector<double>(m.nh * m.hd, 0.0));
+    for (int g = 0; g < m.nkv; ++g) {
+      std::set<int32_t> f;
+      if (plan.self_select_k > 0) {
+        std::vector<double> sum(P + 1, 0.0);
+        for (int h = g * m.group; h < (g + 1) * m.group; ++h) {
+          const std::vector<double> p = probs(0, h, {});
+          for (int j = 0; j <= P; ++j) sum[j] += p[j];
+        }
+        f = RefTopK(sum, lim, plan.self_select_k);
+        out.selected[l][g] = f;
+      } else if (plan.fetched != nullptr) {
+        f = (*plan.fetched)[l][g];
+      }
+      std::vector<double> capture(P + n, 0.0);
+      for (int h = g * m.group; h < (g + 1) * m.group; ++h) {
+        for (int i = 0; i < n; ++i) {
+          const std::vector<double> p = probs(i, h, f);
+          for (int j = 0; j < P + i + 1; ++j) {
+            const double* vr = value(g, j, f);
+            for (int e = 0; e < m.hd; ++e) attn[i][h * m.hd + e] += p[j] * vr[e];
+            if (i == plan.capture_row) capture[j] += p[j];
+          }
+        }
+      }
+      if (plan.capture_row >= 0) {
+        out.captured[l][g] = RefTopK(capture, plan.capture_limit, plan.capture_k);
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      const std::vector<double> o = MatVec(w.wo, attn[i]);
+      for (int e = 0; e < m.d; ++e) x[i][e] += o[e];
+      const std::vector<double> h2 = RmsNorm(x[i], w.fn, m.eps);
+      const std::vector<double> gt = MatVec(w.wg, h2), up = MatVec(w.wu, h2);
+      std::vector<double> act(gt.size());
+      for (size_t e = 0; e < gt.size(); ++e) act[e] = gt[e] / (1.0 + std::exp(-gt[e])) * up[e];
+      const std::vector<double> down = MatVec(w.wd, act);
+      for (int e = 0; e < m.d; ++e) x[i][e] += down[e];
+    }
+    out.k[l] = kn;
+    out.v[l] = vn;
+  }
+  for (int i = 0; i < n; ++i) out.logits.push_back(MatVec(m.out_w, RmsNorm(x[i], m.on, m.eps)));
+  return out;
+}
+
+int32_t RefArgMax(const std::vector<double>& v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+}  // namespace
+
+RefDecodeResult ReferenceDecode(const std::string& path, const std::vector<int32_t>& prompt,
+                                const std::vector<int32_t>& outputs, const RefDecodeOptions& o) {
+  const RefModel m = LoadRef(path);
+  Cache k(m.L), v(m.L);
+  const auto append = [&](const RefRowsOut& r, int rows) {
+    for (int l = 0; l < m.L; ++l) {
+      for (int i = 0; i < rows; ++i) {
+        k[l].push_back(r.k[l][i]);
+        v[l].push_back(r.v[l][i]);
+      }
+    }
+  };
+  append(RefRows(m, k, v, 0, prompt, {}), static_cast<int>(prompt.size()));
+  RefDecodeResult res;
+  Sets prefetched;
+  bool predecoded = false;
+  int32_t spec = -1;
+  for (int32_t token : outputs) {
+    const int P = static_cast<int>(k[0].size());
+    Cache lk, lv;
+    RefRowsPlan plan;
+    if (o.method != "full") {
+      RefQuantize(k, v, P, o, m.hd, &lk, &lv);
+      plan.low_k = &lk;
+      plan.low_v = &lv;
+      plan.qk = P / o.residual * o.residual;
+      plan.qv = std::max(0, P - o.residual);
+    }
+    RefRowsOut r;
+    Sets used(m.L, std::vector<std::set<int32_t>>(m.nkv));
+    if (o.method == "full" || o.method == "kivi") {
+      r = RefRows(m, k, v, P, {token}, plan);
+    } else if (o.method == "specache_nospec") {
+      plan.self_select_k = o.k;
+      r = RefRows(m, k, v, P, {token}, plan);
+      used = r.selected;
+    } else if (o.method == "specache") {
+      if (!predecoded) {
+        RefRowsPlan pre = plan;
+        pre.capture_row = 0;
+        pre.capture_k = o.k;
+        pre.capture_limit = std::max(plan.qk, plan.qv);
+        const RefRowsOut p = RefRows(m, k, v, P, {token}, pre);
+        prefetched = p.captured;
+        spec = RefArgMax(p.logits[0]);
+        predecoded = true;
+      }
+      plan.fetched = &prefetched;
+      plan.capture_row = 1;
+      plan.capture_k = o.k;
+      const int n1 = P + 1;
+      plan.capture_limit =
+          std::min(std::max(n1 / o.residual * o.residual, std::max(0, n1 - o.residual)), n1);
+      r = RefRows(m, k, v, P, {token, spec}, plan);
+      used = prefetched;
+      prefetched = r.captured;
+      spec = RefArgMax(r.logits[1]);
+      res.speculative.push_back(spec);
+    } else {
+      throw std::invalid_argument("ReferenceDecode: unknown method " + o.method);
+    }
+    append(r, 1);
+    res.logits.push_back(r.logits[0]);
+    res.fetched.push_back(used);
+  }
   return res;
 }
 

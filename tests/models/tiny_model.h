@@ -54,4 +54,26 @@ RefResult ReferenceForward(const std::string& path, const std::vector<int32_t>& 
                            int n_prefix,
                            const std::vector<std::vector<std::set<int32_t>>>& kept);
 
+// Naive double-precision reference of decoding with a low-bit KV cache (models/decode.h), for
+// the Llama GGUF at `path`: the prompt is prefilled at full precision, then `outputs[t]` is
+// the output token of step t. The KIVI copy is requantized from scratch every step (eq. 2 / 3
+// written out again here, in float like the model's), each head's attention reads explicit
+// per-position keys and values, top-k sets are chosen by sorting.
+struct RefDecodeOptions {
+  std::string method = "full";  // full | kivi | specache | specache_nospec
+  int bits = 2;
+  int group = 4;
+  int residual = 8;
+  bool improved_1bit = true;
+  int k = 4;
+};
+struct RefDecodeResult {
+  std::vector<std::vector<double>> logits;  // per step: logits of the token after the output
+  // per step, [layer][kv_head]: the positions the output token read in 16 bits (specache*)
+  std::vector<std::vector<std::vector<std::set<int32_t>>>> fetched;
+  std::vector<int32_t> speculative;  // specache: the speculative token decoded with each step
+};
+RefDecodeResult ReferenceDecode(const std::string& path, const std::vector<int32_t>& prompt,
+                                const std::vector<int32_t>& outputs, const RefDecodeOptions& o);
+
 }  // namespace kvtier::testing
