@@ -151,8 +151,9 @@ void InsertAccuracy(ResultsDb* db, long long run_id, const std::vector<AccuracyR
   sqlite3_stmt* st = nullptr;
   const char* sql =
       "INSERT INTO accuracy (run_id, task, selector, alpha, retention, items, correct, accuracy,"
-      " first_token_agreement, mean_kept_fraction, itf_fallback_rate)"
-      " VALUES (?,?,?,?,?,?,?,?,?,?,?)";
+      " first_token_agreement, mean_kept_fraction, itf_fallback_rate, kv_bits, kv_group,"
+      " kv_residual, kv_quant, topk, perplexity, token_agreement, hit_rate, oracle_hit_rate,"
+      " kv_size_ratio) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
   if (sqlite3_prepare_v2(h, sql, -1, &st, nullptr) != SQLITE_OK) {
     throw InputError(db->path() + ": " + sqlite3_errmsg(h));
   }
@@ -177,6 +178,28 @@ void InsertAccuracy(ResultsDb* db, long long run_id, const std::vector<AccuracyR
     sqlite3_bind_double(st, 9, r.first_token_agreement);
     sqlite3_bind_double(st, 10, r.mean_kept_fraction);
     bind_optional(11, r.itf_fallback_rate);
+    int col = 12;
+    for (const std::optional<int>* v : {&r.kv_bits, &r.kv_group, &r.kv_residual}) {
+      if (*v) {
+        sqlite3_bind_int(st, col++, **v);
+      } else {
+        sqlite3_bind_null(st, col++);
+      }
+    }
+    if (r.kv_quant) {
+      sqlite3_bind_text(st, col++, r.kv_quant->c_str(), -1, SQLITE_TRANSIENT);
+    } else {
+      sqlite3_bind_null(st, col++);
+    }
+    if (r.topk) {
+      sqlite3_bind_int(st, col++, *r.topk);
+    } else {
+      sqlite3_bind_null(st, col++);
+    }
+    for (const std::optional<double>* v :
+         {&r.perplexity, &r.token_agreement, &r.hit_rate, &r.oracle_hit_rate, &r.kv_size_ratio}) {
+      bind_optional(col++, *v);
+    }
     if (sqlite3_step(st) != SQLITE_DONE) {
       const std::string err = sqlite3_errmsg(h);
       sqlite3_finalize(st);
@@ -186,6 +209,21 @@ void InsertAccuracy(ResultsDb* db, long long run_id, const std::vector<AccuracyR
   }
   sqlite3_finalize(st);
   db->Exec("COMMIT");
+}
+
+void RequireDecodeSelectors(ResultsDb* db) {
+  sqlite3_stmt* st = nullptr;
+  std::string sql;
+  if (sqlite3_prepare_v2(db->handle(), "SELECT sql FROM sqlite_master WHERE name = 'accuracy'", -1,
+                         &st, nullptr) == SQLITE_OK &&
+      sqlite3_step(st) == SQLITE_ROW) {
+    sql = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+  }
+  sqlite3_finalize(st);
+  if (sql.find("specache") == std::string::npos) {
+    throw InputError(db->path() + ": its accuracy table was created before the decode selectors "
+                     "(kivi, specache) and rejects them; write decode results to a new file");
+  }
 }
 
 }  // namespace kvtier

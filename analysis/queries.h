@@ -75,8 +75,9 @@ std::vector<StageErrorRow> SimVsHwStages(const std::string& path,
 
 // One row of the accuracy table (`kvtier eval`; analysis/schema.sql documents the columns).
 struct AccuracyRecord {
-  std::string task;             // piqa | copa | rte | openbookqa
-  std::string selector;         // full | itf | h2o | spi | random
+  std::string task;             // piqa | copa | rte | openbookqa; decode: texts | greedy | niah
+  std::string selector;         // full | itf | h2o | spi | random; decode: full | kivi |
+                                // specache | specache_nospec
   std::optional<double> alpha;  // ITF only
   double retention = 1;
   int items = 0;
@@ -85,10 +86,19 @@ struct AccuracyRecord {
   double first_token_agreement = 0;
   double mean_kept_fraction = 0;
   std::optional<double> itf_fallback_rate;  // ITF only
+  // Decode rows only (all empty for multiple choice).
+  std::optional<int> kv_bits, kv_group, kv_residual, topk;
+  std::optional<std::string> kv_quant;
+  std::optional<double> perplexity, token_agreement, hit_rate, oracle_hit_rate, kv_size_ratio;
 };
 
 // Adds `rows` to run `run_id` of `db` in one transaction (all or none). Throws InputError
 // naming the file; a row the schema rejects (an unknown selector) rolls the others back.
 void InsertAccuracy(ResultsDb* db, long long run_id, const std::vector<AccuracyRecord>& rows);
+
+// Throws InputError naming the file when its accuracy table was created before the decode
+// selectors existed: SQLite cannot alter the old CHECK, so decode rows would be rejected at
+// the first insert; `kvtier eval` asks before any work.
+void RequireDecodeSelectors(ResultsDb* db);
 
 }  // namespace kvtier

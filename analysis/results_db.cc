@@ -13,6 +13,7 @@
 namespace kvtier {
 
 extern const char* const kResultsSchemaSql;  // generated from analysis/schema.sql
+extern const char* const kResultsViewsSql;   // generated from analysis/views.sql
 
 namespace {
 
@@ -269,6 +270,16 @@ ResultsDb::ResultsDb(const std::string& path) : path_(path) {
   // TABLE appends, matching their place at the end of the CREATE TABLE in schema.sql).
   AddColumnIfMissing("runs", "error", "TEXT");
   AddColumnIfMissing("transfers", "status", "TEXT NOT NULL DEFAULT 'ok'");
+  for (const char* c : {"kv_bits INTEGER", "kv_group INTEGER", "kv_residual INTEGER",
+                        "kv_quant TEXT", "topk INTEGER", "perplexity REAL",
+                        "token_agreement REAL", "hit_rate REAL", "oracle_hit_rate REAL",
+                        "kv_size_ratio REAL"}) {
+    const std::string decl(c);
+    const size_t sp = decl.find(' ');
+    AddColumnIfMissing("accuracy", decl.substr(0, sp), decl.substr(sp + 1));
+  }
+  // Views last: they may name the columns just added.
+  Exec(kResultsViewsSql);
 }
 
 void ResultsDb::AddColumnIfMissing(const std::string& table, const std::string& column,

@@ -99,19 +99,32 @@ CREATE TABLE IF NOT EXISTS metrics (
 );
 
 -- `kvtier eval` (mode 'eval' runs): accuracy of a KV selector on a multiple-choice task, per
--- retention ratio (and ITF alpha). One row per (run, task, selector, retention, alpha).
+-- retention ratio (and ITF alpha), and of a low-bit decode method (KIVI, SpeCache) on a decode
+-- task against the 16-bit cache. One row per (run, task, selector, retention, alpha, kv_bits,
+-- kv_quant, topk). The kv_* ... oracle_hit_rate columns are NULL for multiple-choice rows.
 CREATE TABLE IF NOT EXISTS accuracy (
   run_id                INTEGER NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
-  task                  TEXT NOT NULL,   -- piqa | copa | rte | openbookqa
-  selector              TEXT NOT NULL CHECK (selector IN ('full', 'itf', 'h2o', 'spi', 'random')),
+  task                  TEXT NOT NULL,   -- piqa | copa | rte | openbookqa | texts | greedy | niah
+  selector              TEXT NOT NULL CHECK (selector IN ('full', 'itf', 'h2o', 'spi', 'random',
+                                                          'kivi', 'specache', 'specache_nospec')),
   alpha                 REAL,            -- ITF threshold exponent; NULL for other selectors
-  retention             REAL NOT NULL,   -- fraction of prefix tokens kept (1 for full)
+  retention             REAL NOT NULL,   -- fraction of prefix tokens kept (1 for full and decode rows)
   items                 INTEGER NOT NULL,
   correct               INTEGER NOT NULL,
   accuracy              REAL NOT NULL,   -- correct / items (acc: sum of choice log-probs)
   first_token_agreement REAL NOT NULL,   -- share of items whose first generated token = full KV's
   mean_kept_fraction    REAL NOT NULL,   -- mean over items, layers, KV heads of kept / prefix
-  itf_fallback_rate     REAL             -- ITF layers that fell back to per-head H2O; NULL if not ITF
+  itf_fallback_rate     REAL,            -- ITF layers that fell back to per-head H2O; NULL if not ITF
+  kv_bits               INTEGER,         -- decode rows: 16 (full), 1 or 2
+  kv_group              INTEGER,         -- KIVI group size g
+  kv_residual           INTEGER,         -- KIVI residual window R (tokens kept in 16 bits)
+  kv_quant              TEXT,            -- 'improved' (SpeCache eq. 3 at 1 bit) or 'kivi' (eq. 2)
+  topk                  INTEGER,         -- 16-bit pairs fetched per layer and KV head (specache*)
+  perplexity            REAL,            -- texts: exp(mean NLL) of the decoded tokens
+  token_agreement       REAL,            -- decode: tokens agreeing with the 16-bit cache's
+  hit_rate              REAL,            -- specache*: share of low-bit attention mass fetched
+  oracle_hit_rate       REAL,            -- specache*: the same for the exact top-k
+  kv_size_ratio         REAL             -- decode: GPU-resident KV bytes / 16-bit KV bytes
 );
 
 CREATE INDEX IF NOT EXISTS accuracy_by_run ON accuracy(run_id);

@@ -1,11 +1,16 @@
 // `kvtier eval`: accuracy of every KV selector on multiple-choice few-shot tasks with the real
-// small LM (models/eval.h), written to the results database (`accuracy` table, a run with mode
-// 'eval') and printed as a table.
+// small LM (models/eval.h), and of low-bit decoding (KIVI, SpeCache; models/decode_eval.h) on
+// decode tasks against the 16-bit cache, written to the results database (`accuracy` table, a
+// run with mode 'eval') and printed as a table.
 //   kvtier eval --out results/eval.sqlite                        (defaults: a few minutes)
 //   kvtier eval --out full.sqlite --items 0 --shots 5 --threads 2 (every item; hours on 2 cores)
+//   kvtier eval --tasks decode --out specache.sqlite   (texts, greedy, niah; hours: docs/decode.md)
 // PIQA and COPA come from the repository's data/; RTE and OpenBookQA from --shared-data
 // (default ../shared/data) and are skipped with a note when absent, unless named in --tasks.
+// The decode tasks read data/texts and run only when named (--tasks texts,greedy,niah or
+// decode).
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -22,6 +27,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "core/errors.h"
+#include "models/decode_eval.h"
 #include "models/eval.h"
 
 namespace kvtier::cli {
@@ -36,6 +42,26 @@ std::vector<std::string> Split(const std::string& s) {
   while (std::getline(ss, item, ',')) {
     if (!item.empty()) out.push_back(item);
   }
+  return out;
+}
+
+std::vector<int> Ints(const std::string& flag, const std::string& s, int lo, int hi) {
+  std::vector<int> out;
+  for (const std::string& x : Split(s)) {
+    size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(x, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != x.size() || v < lo || v > hi) {
+      throw InputError("--" + flag + ": bad value '" + x + "' (want an integer in [" +
+                       std::to_string(lo) + ", " + std::to_string(hi) + "])");
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) throw InputError("--" + flag + ": empty list");
   return out;
 }
 
@@ -86,6 +112,63 @@ std::vector<AccuracyRecord> Records(const std::vector<AccuracyRow>& rows) {
   return out;
 }
 
+// The accuracy table's rows of the decode tasks: retention 1, no alpha; bits, group, residual
+// and quantization for the low-bit methods, k and hit rates for the fetching ones, perplexity
+// for `texts`.
+std::vector<AccuracyRecord> Records(const std::vector<DecodeAccuracyRow>& rows) {
+  std::vector<AccuracyRecord> out;
+  for (const DecodeAccuracyRow& r : rows) {
+    const DecodeOptions& c = r.config;
+    const bool full = c.method == DecodeMethod::kFull;
+    const bool fetches = c.method == DecodeMethod::kSpeCache ||
+                         c.method == DecodeMethod::kSpeCacheNoSpec;
+    AccuracyRecord a;
+    a.task = r.task;
+    a.selector = DecodeMethodName(c.method);
+    a.retention = 1;
+    a.items = r.items;
+    a.correct = r.correct;
+    a.accuracy = r.accuracy();
+    a.first_token_agreement = r.first_token_agreement();
+    a.mean_kept_fraction = r.mean_kept_fraction();
+    a.kv_bits = full ? 16 : c.quant.bits;
+    if (!full) {
+      a.kv_group = c.quant.group;
+      a.kv_residual = c.quant.residual;
+      a.kv_quant = c.quant.bits == 1 && !c.quant.improved_1bit ? "kivi" : "improved";
+    }
+    if (fetches) {
+      a.topk = c.k;
+      a.hit_rate = r.hit_rate();
+      a.oracle_hit_rate = r.oracle_hit_rate();
+    }
+    if (r.task == "texts") a.perplexity = r.perplexity();
+    a.token_agreement = r.token_agreement();
+    a.kv_size_ratio = r.kv_size_ratio();
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+void PrintDecodeTable(const std::vector<DecodeAccuracyRow>& rows) {
+  std::printf("\n%-7s %-28s %5s %8s %7s %7s %7s %6s %6s %6s %6s\n", "task", "decode", "items",
+              "ppl", "acc", "agree", "1st", "hit", "oracle", "16-bit", "kv");
+  for (const DecodeAccuracyRow& r : rows) {
+    const bool fetches = r.config.method == DecodeMethod::kSpeCache ||
+                         r.config.method == DecodeMethod::kSpeCacheNoSpec;
+    char ppl[16] = "-", hit[16] = "-", oracle[16] = "-";
+    if (r.task == "texts") std::snprintf(ppl, sizeof ppl, "%.3f", r.perplexity());
+    if (fetches) {
+      std::snprintf(hit, sizeof hit, "%.3f", r.hit_rate());
+      std::snprintf(oracle, sizeof oracle, "%.3f", r.oracle_hit_rate());
+    }
+    std::printf("%-7s %-28s %5d %8s %6.1f%% %6.1f%% %6.1f%% %6s %6s %6.3f %6.3f\n", r.task.c_str(),
+                DecodeConfigLabel(r.config).c_str(), r.items, ppl, r.accuracy() * 100,
+                r.token_agreement() * 100, r.first_token_agreement() * 100, hit, oracle,
+                r.mean_kept_fraction(), r.kv_size_ratio());
+  }
+}
+
 void PrintTable(const std::vector<AccuracyRow>& rows) {
   std::printf("\n%-11s %-7s %5s %6s %5s %7s %7s %7s %6s %6s\n", "task", "select", "alpha", "keep",
               "items", "acc", "d_acc", "1st_tok", "kept", "fallbk");
@@ -114,6 +197,11 @@ int RunEval(const Args& args) {
   EvalBuildOptions bo;
   EvalOptions eo;
   bool quiet = false;
+  DecodeTaskOptions dto;
+  DecodeEvalOptions deo;
+  std::string bits_arg = "1,2", ks_arg = "16,32,64,128", niah_lengths = "512,1024,2048",
+              niah_depths = "0,0.25,0.5,0.75,1";
+  bool no_nospec = false;
   po::options_description desc(
       "usage: kvtier eval --out R.sqlite [options]\n\n"
       "Few-shot multiple-choice accuracy (lm-eval acc: the choice with the largest sum of token\n"
@@ -124,7 +212,7 @@ int RunEval(const Args& args) {
       ("model-name", po::value(&model_name), "model name stored with the run (smollm2-135m)")
       ("out,o", po::value(&out), "results SQLite file (created or appended; required)")
       ("experiment", po::value(&experiment), "experiment name stored with the run (eval)")
-      ("tasks", po::value(&tasks_arg), "comma list of piqa, copa, rte, openbookqa (default all; rte/openbookqa skipped when absent)")
+      ("tasks", po::value(&tasks_arg), "comma list of piqa, copa, rte, openbookqa (default all; rte/openbookqa skipped when absent) and the decode tasks texts, greedy, niah (only when named; 'decode' = all three)")
       ("data-dir", po::value(&data_dir), "the repository's data/ (piqa, copa)")
       ("shared-data", po::value(&shared_dir), "directory with rte/ and openbookqa/ (../shared/data)")
       ("items", po::value(&bo.items), "items per task, 0 = all (20)")
@@ -136,7 +224,22 @@ int RunEval(const Args& args) {
       ("selectors", po::value(&selectors), "itf,h2o,spi,random")
       ("probe-heads", po::value(&eo.probe_heads), "ITF probe KV heads (2: SmolLM2 has 3 KV heads)")
       ("threads", po::value(&eo.threads), "configurations scored in parallel (2)")
-      ("seed", po::value(&bo.seed), "few-shot examples and random selection (1)")
+      ("seed", po::value(&bo.seed), "few-shot examples, random selection and the needles' digits (1)")
+      ("bits", po::value(&bits_arg), "decode: KIVI bit widths (1,2)")
+      ("ks", po::value(&ks_arg), "decode: SpeCache top-k values (16,32,64,128)")
+      ("group", po::value(&deo.group), "decode: KIVI group size g (32)")
+      ("residual", po::value(&deo.residual), "decode: SpeCache's residual window, a multiple of g (64; paper §4.1)")
+      ("kivi-residual", po::value(&deo.kivi_residual), "decode: the KIVI baseline's residual window (128; paper §4.1)")
+      ("no-nospec", po::bool_switch(&no_nospec), "decode: skip the specache_nospec rows")
+      ("ablation-k", po::value(&deo.ablation_k), "decode: k of the original-1-bit-KIVI SpeCache row (64; 0 = no ablation rows)")
+      ("ppl-context", po::value(&dto.ppl_context), "texts: prompt tokens (1024)")
+      ("ppl-tokens", po::value(&dto.ppl_tokens), "texts: tokens decoded and scored per text (256)")
+      ("gen-prompt", po::value(&dto.gen_prompt), "greedy: prompt tokens (512)")
+      ("gen-tokens", po::value(&dto.gen_tokens), "greedy: tokens generated (32)")
+      ("niah-lengths", po::value(&niah_lengths), "niah: prompt lengths in tokens (512,1024,2048)")
+      ("niah-depths", po::value(&niah_depths), "niah: needle depths in [0, 1] (0,0.25,0.5,0.75,1)")
+      ("niah-answer-tokens", po::value(&dto.niah_answer_tokens), "niah: tokens decoded after the prompt's (10)")
+      ("niah-text", po::value(&dto.niah_text), "niah: the haystack's file in data/texts (federalist_1-4.txt)")
       ("quiet", po::bool_switch(&quiet), "no progress lines (rate and ETA on stderr)");
   po::variables_map vm;
   StoreArgs("eval", args, desc, desc, &vm);
@@ -155,11 +258,42 @@ int RunEval(const Args& args) {
   if (data_dir.empty()) data_dir = DefaultRepoDataDir();
   if (shared_dir.empty()) shared_dir = DefaultSharedDataDir();
   const bool explicit_tasks = !tasks_arg.empty();
-  std::vector<std::string> tasks = explicit_tasks ? Split(tasks_arg) : McTaskNames();
-  for (const std::string& t : tasks) {
-    bool known = false;
-    for (const auto& n : McTaskNames()) known |= n == t;
-    if (!known) throw InputError("unknown task '" + t + "' (piqa, copa, rte, openbookqa)");
+  std::vector<std::string> tasks, decode_tasks;
+  for (const std::string& t : explicit_tasks ? Split(tasks_arg) : McTaskNames()) {
+    const auto is = [&](const std::vector<std::string>& names) {
+      return std::find(names.begin(), names.end(), t) != names.end();
+    };
+    if (t == "decode") {
+      for (const auto& d : DecodeTaskNames()) {
+        if (std::find(decode_tasks.begin(), decode_tasks.end(), d) == decode_tasks.end()) {
+          decode_tasks.push_back(d);
+        }
+      }
+    } else if (is(McTaskNames())) {
+      tasks.push_back(t);
+    } else if (is(DecodeTaskNames())) {
+      decode_tasks.push_back(t);
+    } else {
+      throw InputError("unknown task '" + t +
+                       "' (piqa, copa, rte, openbookqa, texts, greedy, niah, decode)");
+    }
+  }
+  if (!decode_tasks.empty()) {
+    dto.tasks = decode_tasks;
+    dto.seed = bo.seed;
+    dto.niah_lengths = Ints("niah-lengths", niah_lengths, 1, 1 << 20);
+    dto.niah_depths = Numbers("niah-depths", niah_depths, false);
+    for (double d : dto.niah_depths) {
+      if (d > 1) throw InputError("--niah-depths: bad value " + std::to_string(d) + " (want [0, 1])");
+    }
+    deo.bits = Ints("bits", bits_arg, 1, 2);
+    deo.ks = Ints("ks", ks_arg, 1, 1 << 20);
+    deo.nospec = !no_nospec;
+    deo.threads = eo.threads;
+    if (deo.ablation_k < 0) throw InputError("--ablation-k must be >= 0");
+    for (const DecodeOptions& c : DecodeEvalGrid(deo)) {
+      if (c.method != DecodeMethod::kFull) c.quant.Validate();
+    }
   }
   // Data first (bad input fails before the model loads); external tasks may be absent.
   std::vector<McTask> loaded;
@@ -175,7 +309,19 @@ int RunEval(const Args& args) {
     }
     loaded.push_back(LoadMcTask(t, data_dir, shared_dir));
   }
-  if (loaded.empty()) throw InputError("no task to evaluate");
+  if (loaded.empty() && decode_tasks.empty()) throw InputError("no task to evaluate");
+  const std::string text_dir = data_dir + "/texts";
+  std::vector<std::string> text_files;
+  if (!decode_tasks.empty()) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(text_dir, ec)) {
+      for (const auto& e : std::filesystem::directory_iterator(text_dir)) {
+        if (e.path().extension() == ".txt") text_files.push_back(e.path().string());
+      }
+    }
+    std::sort(text_files.begin(), text_files.end());
+    if (text_files.empty()) throw InputError(text_dir + ": no .txt texts for the decode tasks");
+  }
 
   std::ostringstream cfg;
   cfg << "eval.items = " << bo.items << "\neval.shots = " << bo.shots
@@ -184,11 +330,26 @@ int RunEval(const Args& args) {
       << "\neval.selectors = " << selectors << "\neval.seed = " << bo.seed
       << "\nitf.alphas = " << alphas << "\nitf.probe_heads = " << eo.probe_heads
       << "\nmodel.name = " << model_name << "\nmodel.gguf = " << model_path << "\n";
+  if (!decode_tasks.empty()) {
+    cfg << "decode.tasks = ";
+    for (size_t i = 0; i < decode_tasks.size(); ++i) cfg << (i ? "," : "") << decode_tasks[i];
+    cfg << "\ndecode.bits = " << bits_arg << "\ndecode.ks = " << ks_arg
+        << "\ndecode.group = " << deo.group << "\ndecode.residual = " << deo.residual
+        << "\ndecode.kivi_residual = " << deo.kivi_residual << "\ndecode.nospec = "
+        << (deo.nospec ? "true" : "false") << "\ndecode.ablation_k = " << deo.ablation_k
+        << "\ndecode.ppl_context = " << dto.ppl_context << "\ndecode.ppl_tokens = " << dto.ppl_tokens
+        << "\ndecode.gen_prompt = " << dto.gen_prompt << "\ndecode.gen_tokens = " << dto.gen_tokens
+        << "\ndecode.niah_lengths = " << niah_lengths << "\ndecode.niah_depths = " << niah_depths
+        << "\ndecode.niah_answer_tokens = " << dto.niah_answer_tokens
+        << "\ndecode.niah_text = " << dto.niah_text << "\n";
+  }
   std::string task_list, data_hash;
   for (const McTask& t : loaded) {
     task_list += (task_list.empty() ? "" : ",") + t.name;
     data_hash += Sha256File(t.source);
   }
+  for (const std::string& t : decode_tasks) task_list += (task_list.empty() ? "" : ",") + t;
+  for (const std::string& f : text_files) data_hash += Sha256File(f);
   RunInfo info;
   info.mode = "eval";
   info.experiment = experiment;
@@ -200,6 +361,7 @@ int RunEval(const Args& args) {
   info.config = cfg.str();
   info.config_sha256 = Sha256(info.config + info.trace_sha256);
   ResultsDb db(out);  // an unwritable path fails here, before the model loads
+  if (!decode_tasks.empty()) RequireDecodeSelectors(&db);
 
   const auto t0 = std::chrono::steady_clock::now();
   const auto model = LlamaModel::Load(model_path);
@@ -230,9 +392,31 @@ int RunEval(const Args& args) {
     InsertAccuracy(&db, run_id, Records(s.rows));
     all.insert(all.end(), s.rows.begin(), s.rows.end());
   }
+  std::vector<DecodeAccuracyRow> decode_rows;
+  if (!decode_tasks.empty()) {
+    const std::vector<DecodeSample> samples = BuildDecodeSamples(*model, text_dir, dto);
+    const size_t configs = DecodeEvalGrid(deo).size();
+    std::int64_t prompt_tokens = 0;
+    for (const DecodeSample& s : samples) prompt_tokens += static_cast<std::int64_t>(s.prompt.size());
+    if (!quiet) {
+      std::fprintf(stderr, "[eval] decode: %zu samples (%lld prompt tokens), %zu configurations\n",
+                   samples.size(), (long long)prompt_tokens, configs);
+    }
+    ProgressOptions po;
+    po.quiet = quiet;
+    Progress progress("eval decode", "sample x configuration runs",
+                      static_cast<std::int64_t>(samples.size() * configs), po);
+    deo.progress = [&](int done, int) { progress.Update(done); };
+    const DecodeEvalSummary s = EvaluateDecode(*model, samples, deo);
+    progress.Finish();
+    tokens += s.prefill_tokens + s.decode_steps;
+    InsertAccuracy(&db, run_id, Records(s.rows));
+    decode_rows = s.rows;
+  }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   db.EndRun(run_id, wall);
-  PrintTable(all);
+  if (!all.empty()) PrintTable(all);
+  if (!decode_rows.empty()) PrintDecodeTable(decode_rows);
   std::printf("\n%lld tokens forwarded in %.0f s (%.0f tokens/s); results: %s (run %lld; tables "
               "accuracy, view accuracy_latency)\n",
               (long long)tokens, wall, tokens / wall, out.c_str(), run_id);

@@ -36,7 +36,7 @@ const char* DecodeMethodName(DecodeMethod method) {
 Decoder::Decoder(const LlamaModel& model, KvCache prefilled, const DecodeOptions& options)
     : model_(model), options_(options), cache_(std::move(prefilled)) {
   const LlamaConfig& c = model.config();
-  if (options_.measure_k <= 0) options_.measure_k = options_.k;
+  if (options_.measure_k <= 0) options_.measure_k = std::max(options_.k, 0);
   if (options_.method != DecodeMethod::kFull) {
     options_.quant.Validate(c.head_dim);
     low_ = KiviCache(options_.quant, c.n_layers, c.n_kv_heads, c.head_dim);
@@ -48,7 +48,6 @@ Decoder::Decoder(const LlamaModel& model, KvCache prefilled, const DecodeOptions
     throw InputError("decode: " + std::string(DecodeMethodName(options_.method)) +
                      " needs k >= 1, got " + std::to_string(options_.k));
   }
-  if (options_.measure && options_.measure_k < 1) throw InputError("decode: measure_k must be >= 1");
 }
 
 std::span<const float> Decoder::Step(int32_t token) {

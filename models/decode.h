@@ -54,7 +54,7 @@ struct DecodeOptions {
   KiviConfig quant;       // kivi, specache, specache_nospec
   int k = 64;             // specache*: 16-bit pairs per layer and KV head
   bool measure = false;   // exact attention of the output token every step (costs ~1 attention)
-  int measure_k = 0;      // size of the exact top-k (0: k)
+  int measure_k = 0;      // size of the exact top-k (0: k; kivi: none, only the masses)
   bool keep_exact_scores = false;  // DecodeStepInfo::exact_scores (the recorder)
 };
 

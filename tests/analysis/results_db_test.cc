@@ -1,5 +1,6 @@
 // ResultsDb: how a run ends (complete, failed) in `runs`, transfers logged with how they ended,
-// and a file made before those columns existed gaining them on open.
+// and a file made before those columns (and the decode columns of `accuracy`) existed gaining
+// them on open.
 
 #include "analysis/results_db.h"
 
@@ -126,6 +127,28 @@ TEST_F(ResultsDbTest, AnOlderFileGainsTheNewColumns) {
             "1|ok|NULL\n" + std::to_string(run) + "|failed|OutOfSpace: full\n");
   EXPECT_EQ(Query("SELECT run_id, status FROM transfers ORDER BY rowid"),
             "1|ok\n" + std::to_string(run) + "|failed\n");
+}
+
+// A file from before the decode columns of `accuracy` (and before any view): opening it adds the
+// columns, then the views (accuracy_latency names kv_bits); old rows read NULL there.
+TEST_F(ResultsDbTest, AnOlderAccuracyTableGainsTheDecodeColumns) {
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    const char* old_schema =
+        "CREATE TABLE accuracy (run_id INTEGER NOT NULL, task TEXT NOT NULL, selector TEXT NOT "
+        "NULL CHECK (selector IN ('full', 'itf', 'h2o', 'spi', 'random')), alpha REAL, retention "
+        "REAL NOT NULL, items INTEGER NOT NULL, correct INTEGER NOT NULL, accuracy REAL NOT NULL, "
+        "first_token_agreement REAL NOT NULL, mean_kept_fraction REAL NOT NULL, "
+        "itf_fallback_rate REAL);"
+        "INSERT INTO accuracy VALUES (1, 'piqa', 'h2o', NULL, 0.5, 10, 6, 0.6, 0.9, 0.5, NULL);";
+    ASSERT_EQ(sqlite3_exec(db, old_schema, nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+  }
+  { ResultsDb db(path_); }
+  EXPECT_EQ(Query("SELECT task, kv_bits, topk, hit_rate, kv_size_ratio FROM accuracy"),
+            "piqa|NULL|NULL|NULL|NULL\n");
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM sqlite_master WHERE name = 'accuracy_latency'"), "1\n");
 }
 
 }  // namespace

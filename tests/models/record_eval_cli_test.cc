@@ -3,6 +3,7 @@
 // rejected before the model loads (exit 2, a message naming the problem), so no model is needed.
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include "tests/models/cli_run.h"
 
@@ -60,6 +61,43 @@ TEST_F(RecordEvalCliTest, BadFlagValuesExitTwo) {
   r = RunKvtier(dir_, "trace record --dataset piqa --out x.kvt --model /nonexistent.gguf");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("/nonexistent.gguf"), std::string::npos) << r.err;
+}
+
+TEST_F(RecordEvalCliTest, BadDecodeFlagsExitTwoBeforeAnyWork) {
+  const std::string out = " --out " + (dir_ / "d.sqlite").string();
+  auto r = RunKvtier(dir_, "eval --tasks texts --bits 1,3" + out);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--bits: bad value '3'"), std::string::npos) << r.err;
+  r = RunKvtier(dir_, "eval --tasks decode --residual 48" + out);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("residual length 48"), std::string::npos) << r.err;
+  r = RunKvtier(dir_, "eval --tasks niah --niah-depths 0.5,1.5" + out);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--niah-depths"), std::string::npos) << r.err;
+  r = RunKvtier(dir_, "eval --tasks greedy --ks 0" + out);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--ks"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "d.sqlite")) << "nothing written on bad input";
+}
+
+// A results file whose accuracy table predates the decode selectors cannot take decode rows
+// (SQLite cannot change a CHECK): a clear error before the model is loaded.
+TEST_F(RecordEvalCliTest, DecodeRowsNeedAFileWithTheDecodeSelectors) {
+  const fs::path db = dir_ / "old.sqlite";
+  sqlite3* h = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(h,
+                         "CREATE TABLE accuracy (run_id INTEGER NOT NULL, task TEXT NOT NULL, "
+                         "selector TEXT NOT NULL CHECK (selector IN ('full', 'itf')), alpha REAL, "
+                         "retention REAL NOT NULL, items INTEGER NOT NULL, correct INTEGER NOT "
+                         "NULL, accuracy REAL NOT NULL, first_token_agreement REAL NOT NULL, "
+                         "mean_kept_fraction REAL NOT NULL, itf_fallback_rate REAL)",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(h);
+  const auto r = RunKvtier(dir_, "eval --tasks texts --model /nonexistent.gguf --out " + db.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("created before the decode selectors"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -3,7 +3,9 @@
 //   a recorded 2-request PIQA trace passes `trace info`/`trace stats` and replays through
 //   `kvtier sim` (exit 0, a complete run row);
 //   `kvtier eval` on 12 PIQA items writes accuracy rows, full-KV accuracy is above chance, and
-//   the accuracy_latency view pairs the ITF row with the spec sim run in the same file.
+//   the accuracy_latency view pairs the ITF row with the spec sim run in the same file;
+//   `kvtier eval --tasks decode` at small sizes writes one row per task and configuration with
+//   the decode columns filled as analysis/SCHEMA.md says.
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
@@ -101,6 +103,36 @@ TEST_F(SmolLm2RecordEvalTest, RecordedTraceReplaysThroughSimAndEvalJoinsLatency)
   EXPECT_EQ(Query(db, "SELECT system FROM accuracy_latency WHERE selector = 'itf'"), "spec");
   EXPECT_EQ(Query(db, "SELECT system FROM accuracy_latency WHERE selector = 'h2o'"), "as_h2o_lfu");
   EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM accuracy_latency WHERE selector = 'full'"), "0");
+}
+
+TEST_F(SmolLm2RecordEvalTest, DecodeTasksWriteOneRowPerTaskAndConfiguration) {
+  const fs::path db = dir_ / "decode.sqlite";
+  const auto r = RunKvtier(dir_,
+                           "eval --tasks decode --bits 2 --ks 16 --ablation-k 0 --ppl-context 128 "
+                           "--ppl-tokens 8 --gen-prompt 160 --gen-tokens 4 --niah-lengths 160 "
+                           "--niah-depths 1 --niah-answer-tokens 8 --threads 2 --out " + db.string(),
+                           SourceDir());
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::cout << r.out;
+  // 3 tasks x (full, kivi, specache k=16, specache_nospec k=16).
+  EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM accuracy"), "12");
+  EXPECT_EQ(Query(db, "SELECT group_concat(DISTINCT task) FROM accuracy"), "texts,greedy,niah");
+  EXPECT_EQ(Query(db, "SELECT items FROM accuracy WHERE task = 'texts' AND selector = 'full'"),
+            "24");  // 3 texts x 8 tokens
+  EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM accuracy WHERE selector = 'full' AND kv_bits = 16 AND "
+                      "token_agreement = 1 AND kv_size_ratio = 1 AND topk IS NULL"),
+            "3");
+  EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM accuracy WHERE selector = 'specache' AND kv_bits = 2 "
+                      "AND topk = 16 AND kv_group = 32 AND kv_residual = 64 AND kv_quant = "
+                      "'improved' AND hit_rate > 0 AND hit_rate <= oracle_hit_rate + 1e-9"),
+            "3");
+  EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM accuracy WHERE selector = 'kivi' AND kv_residual = 128 "
+                      "AND hit_rate IS NULL AND kv_size_ratio < 1"),
+            "3");
+  EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM accuracy WHERE perplexity IS NOT NULL"), "4");
+  // The 16-bit cache answers the needle at the end of a short haystack.
+  EXPECT_EQ(Query(db, "SELECT correct FROM accuracy WHERE task = 'niah' AND selector = 'full'"), "1");
+  EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM accuracy_latency"), "0");  // no sim runs, no pairs
 }
 
 }  // namespace
