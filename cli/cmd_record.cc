@@ -58,6 +58,7 @@ int RunTraceRecord(const Args& args) {
   RagPromptOptions rag;
   RecordOptions ro;
   int prompts = 8, queries = 4, max_prefix = 2048;
+  bool original_1bit = false;
   std::uint64_t seed = 1;
   bool quiet = false;
   po::options_description desc(
@@ -84,7 +85,11 @@ int RunTraceRecord(const Args& args) {
       ("rate", po::value(&ro.rate), "Poisson arrival rate, requests/s (1)")
       ("bits", po::value(&ro.bits), "importance quantization, 8 or 16 (16)")
       ("decode-steps", po::value(&ro.decode_steps), "greedy decode steps with top-k positions (0)")
-      ("decode-k", po::value(&ro.decode_k), "positions per decode step (16)")
+      ("decode-k", po::value(&ro.decode_k), "positions per decode step and set; top-k sets of any smaller k are prefixes (16)")
+      ("decode-bits", po::value(&ro.decode_bits), "decode with SpeCache over a 1- or 2-bit KIVI copy, or 0 for the 16-bit cache (2)")
+      ("decode-group", po::value(&ro.decode_quant.group), "decode: KIVI group size (32)")
+      ("decode-residual", po::value(&ro.decode_quant.residual), "decode: KIVI residual window, a multiple of the group (64)")
+      ("decode-original-1bit", po::bool_switch(&original_1bit), "decode: original KIVI 1-bit zero-point/scale instead of SpeCache's eq. 3")
       ("output-tokens", po::value(&ro.output_tokens), "output_tokens of each request when not decoding (0)")
       ("quiet", po::bool_switch(&quiet), "no progress lines (rate and ETA on stderr)");
   po::variables_map vm;
@@ -96,6 +101,15 @@ int RunTraceRecord(const Args& args) {
   }
   if (out.empty()) throw InputError("--out is required");
   if (prompts < 1 || queries < 1) throw InputError("--prompts and --queries must be >= 1");
+  ro.decode_quant.improved_1bit = !original_1bit;
+  if (ro.decode_steps > 0 && ro.decode_bits != 0) {
+    if (ro.decode_bits != 1 && ro.decode_bits != 2) {
+      throw InputError("--decode-bits must be 0 (16-bit decode), 1 or 2");
+    }
+    KiviConfig q = ro.decode_quant;
+    q.bits = ro.decode_bits;
+    q.Validate();
+  }
   if (max_prefix < 1) throw InputError("--max-prefix-tokens must be >= 1");
   if (data_dir.empty()) data_dir = DefaultRepoDataDir();
   if (shared_dir.empty()) shared_dir = DefaultSharedDataDir();

@@ -12,6 +12,7 @@
 
 #include "core/errors.h"
 #include "core/itf.h"
+#include "models/decode.h"
 #include "traces/trace_io.h"
 
 namespace kvtier {
@@ -169,13 +170,26 @@ RecordSummary RecordTrace(const LlamaModel& model, const std::vector<PromptGroup
   if (o.bits != 8 && o.bits != 16) throw InputError("record: --bits must be 8 or 16");
   if (!(o.rate > 0) || !std::isfinite(o.rate)) throw InputError("record: --rate must be > 0");
   if (o.decode_steps < 0 || o.decode_k < 1) throw InputError("record: need decode-steps >= 0, decode-k >= 1");
+  if (o.decode_bits != 0 && o.decode_bits != 1 && o.decode_bits != 2) {
+    throw InputError("record: --decode-bits must be 0 (16-bit decode), 1 or 2");
+  }
+  DecodeOptions decode;
+  decode.method = o.decode_bits == 0 ? DecodeMethod::kFull : DecodeMethod::kSpeCache;
+  decode.quant = o.decode_quant;
+  decode.quant.bits = o.decode_bits == 0 ? 2 : o.decode_bits;
+  if (o.decode_bits != 0) decode.quant.Validate(c.head_dim);
+  decode.k = o.decode_k;
+  decode.measure = true;
+  decode.keep_exact_scores = true;
   // Request order: every (group, query) pair once, shuffled, so prefixes interleave.
   std::vector<std::pair<int, int>> order;
   for (size_t g = 0; g < groups.size(); ++g) {
     if (groups[g].prefix.empty()) throw InputError("record: prompt " + std::to_string(g) + " has an empty prefix");
     if (groups[g].queries.empty()) throw InputError("record: prompt " + std::to_string(g) + " has no queries");
     for (size_t q = 0; q < groups[g].queries.size(); ++q) {
-      const size_t total = groups[g].prefix.size() + groups[g].queries[q].size() + o.decode_steps;
+      // SpeCache's last step puts its speculative token one position further.
+      const size_t total = groups[g].prefix.size() + groups[g].queries[q].size() + o.decode_steps +
+                           (o.decode_steps > 0 && o.decode_bits != 0 ? 1 : 0);
       if (groups[g].queries[q].empty()) throw InputError("record: empty query");
       if (total > static_cast<size_t>(c.context_length)) {
         throw InputError("record: prompt " + std::to_string(g) + " query " + std::to_string(q) +
@@ -204,6 +218,17 @@ RecordSummary RecordTrace(const LlamaModel& model, const std::vector<PromptGroup
                 {"rate", std::to_string(o.rate)},
                 {"source", o.source},
                 {"gguf", std::filesystem::path(model.path()).filename().string()}};
+  if (o.decode_steps > 0) {
+    h.metadata.emplace_back("decode_method", DecodeMethodName(decode.method));
+    if (o.decode_bits != 0) {
+      h.metadata.emplace_back("decode_bits", std::to_string(decode.quant.bits));
+      h.metadata.emplace_back("decode_group", std::to_string(decode.quant.group));
+      h.metadata.emplace_back("decode_residual", std::to_string(decode.quant.residual));
+      h.metadata.emplace_back("decode_quant", decode.quant.bits == 1 && !decode.quant.improved_1bit
+                                                  ? "kivi" : "improved");
+    }
+    h.metadata.emplace_back("decode_k", std::to_string(o.decode_k));
+  }
   std::vector<TraceRecord> records(order.size());
   RecordSummary sum;
   const auto t0 = std::chrono::steady_clock::now();
@@ -245,28 +270,45 @@ RecordSummary RecordTrace(const LlamaModel& model, const std::vector<PromptGroup
       }
       rec.explicit_scores = ExplicitScores::Quantize(c.n_layers, c.n_kv_heads, n_prefix, scores, o.bits);
       if (o.decode_steps > 0) {
+        // The prompt (prefix + query) is in the cache at 16 bits, as SpeCache's prefill leaves
+        // it; decode greedily from the query's last logits.
+        Decoder decoder(model, cache, decode);
+        const int n_prompt = cache.n_tokens;
         DecodeTopK d;
         d.steps = o.decode_steps;
-        d.k = std::min<int>(o.decode_k, n_prefix + static_cast<int>(query.size()));
+        d.k = std::min<int>(o.decode_k, n_prompt);
+        DecodeTopKSets sets;
+        sets.steps = o.decode_steps;
+        sets.k = o.decode_k;
+        sets.layers = c.n_layers;
+        sets.kv_heads = c.n_kv_heads;
         int32_t next = ArgMax(r.LastLogits(c.vocab_size));
         std::vector<float> agg;
         for (int s = 0; s < o.decode_steps; ++s) {
-          const int32_t tok[1] = {next};
-          ForwardOptions so;
-          so.importance = true;
-          const ForwardResult step = model.Forward(tok, &cache, {}, so);
-          agg.assign(step.importance.n_columns, 0.f);
-          for (const auto& layer : step.importance.per_kv_head) {
+          next = ArgMax(decoder.Step(next));
+          const DecodeStepInfo& info = decoder.last();
+          agg.assign(info.context + 1, 0.f);
+          for (const auto& layer : info.exact_scores) {
             for (const auto& head : layer) {
-              for (int j = 0; j < step.importance.n_columns; ++j) agg[j] += head[j];
+              for (int j = 0; j <= info.context; ++j) agg[j] += head[j];
             }
           }
           const TokenSet top = TopK(agg, d.k);
           d.positions.insert(d.positions.end(), top.begin(), top.end());
-          next = ArgMax(step.LastLogits(c.vocab_size));
+          sets.context.push_back(info.context);
+          sets.candidates.push_back(o.decode_bits == 0 ? info.context : info.low_bit);
+          for (int l = 0; l < c.n_layers; ++l) {
+            for (int kv = 0; kv < c.n_kv_heads; ++kv) {
+              sets.output.emplace_back(info.exact[l][kv].begin(), info.exact[l][kv].end());
+              if (o.decode_bits != 0) {
+                sets.prefetched.emplace_back(info.fetched[l][kv].begin(), info.fetched[l][kv].end());
+              }
+            }
+          }
           ++sum.decode_tokens;
         }
         rec.decode_topk = std::move(d);
+        rec.decode_sets = std::move(sets);
       }
       cache.Truncate(n_prefix);
       if (o.progress) o.progress(++done, static_cast<int>(order.size()));

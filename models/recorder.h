@@ -10,8 +10,14 @@
 //   RecordTrace                            PromptGroups -> trace file.
 // RecordTrace prefills each distinct prefix once into a KvCache, then runs each of its queries
 // against the full prefix KV with importance on (the cache is restored after each query), and
-// optionally greedy-decodes `decode_steps` tokens, storing per step the top-k attended
-// positions (sum over layers and KV heads; trace extension "decode top-k", for SpeCache work).
+// optionally greedy-decodes `decode_steps` tokens after it (models/decode.h): with SpeCache at
+// `decode_quant.bits` bits (or with the 16-bit cache when decode_bits is 0), storing per step
+//   - the top decode_k positions of the output token's exact attention summed over layers and
+//     KV heads (trace extension 1, "decode top-k");
+//   - per layer and KV head, the output token's exact top decode_k low-bit positions and the
+//     decode_k positions fetched in 16 bits for the step (chosen by the previous step's
+//     speculative token), ranked (extension 2, traces/FORMAT.md; absent prefetched sets with
+//     16-bit decoding, where every cached position is a candidate).
 // Arrival times follow a Poisson process; records are written in arrival order, queries of
 // different prefixes interleaved (a seeded shuffle), so the trace has prefix reuse.
 //
@@ -76,7 +82,9 @@ struct RecordOptions {
   double rate = 1.0;                        // Poisson arrivals, requests per second
   std::uint64_t seed = 1;                   // arrivals and interleaving
   int decode_steps = 0;                     // greedy decode steps with top-k (0 = none)
-  int decode_k = 16;                        // positions per decode step
+  int decode_k = 16;                        // positions per decode step (and set)
+  int decode_bits = 2;                      // SpeCache's low-bit copy: 1 or 2; 0 = 16-bit decode
+  KiviConfig decode_quant;                  // group, residual, improved 1-bit (bits: decode_bits)
   std::int64_t output_tokens = 0;           // Request::output_tokens when decode_steps == 0
   // Called after each request with (done, total).
   std::function<void(int, int)> progress;

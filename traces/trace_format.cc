@@ -104,6 +104,7 @@ void TraceRecord::Clear() {
   explicit_scores.layers = explicit_scores.kv_heads = 0;
   explicit_scores.tokens = 0;
   decode_topk.reset();
+  decode_sets.reset();
 }
 
 }  // namespace kvtier

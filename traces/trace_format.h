@@ -4,7 +4,8 @@
 // importance model, free metadata) and a stream of records, one per request: the Request
 // (arrival, prefix symbols, query length), optional query token ids, and an importance payload
 // in one of three forms (none / explicit quantized scores / procedural), plus optional
-// extensions (decode-step attention top-k). Plain values; thread-compatible.
+// extensions (decode-step attention top-k, summed and per layer / KV head). Plain values;
+// thread-compatible.
 
 #include <cstdint>
 #include <optional>
@@ -78,6 +79,32 @@ struct DecodeTopK {
   std::vector<std::int64_t> positions;  // steps * k
 };
 
+// Decode-step top-k sets per layer and KV head (SpeCache; extension tag 2). For decode step s
+// (s = 0 decodes the first output token after the prompt) and each (layer, KV head), up to k
+// positions (into prefix + query + generated tokens), ranked best first, so the top-k' sets of
+// any k' <= k are prefixes:
+//   output      the output token's exact (16-bit) attention top-k among the step's candidates,
+//               summed over the KV head's query heads;
+//   prefetched  the set the step read in 16 bits: SpeCache's K_t, chosen by the previous step's
+//               speculative token (by pre-decoding for step 0) over the low-bit copy.
+// candidates[s] is how many positions were candidates (positions [0, candidates[s]) have a
+// low-bit key or value; with a 16-bit decode every cached position is one); context[s] is the
+// number of cached positions at step s. A set holds min(k, candidates[s]) positions. The
+// decode configuration (bits, group, residual) is in the header metadata (`decode_*` keys).
+struct DecodeTopKSets {
+  int steps = 0;
+  int k = 0;
+  int layers = 0;
+  int kv_heads = 0;
+  std::vector<std::int64_t> context, candidates;  // per step
+  // Ranked sets, [(step * layers + layer) * kv_heads + head]; either may be empty (absent).
+  std::vector<std::vector<std::int64_t>> output, prefetched;
+
+  std::size_t Index(int step, int layer, int head) const {
+    return (static_cast<std::size_t>(step) * layers + layer) * kv_heads + head;
+  }
+};
+
 struct TraceRecord {
   Request request;
   PrefixKind prefix_kind = PrefixKind::kTokens;
@@ -86,6 +113,7 @@ struct TraceRecord {
   std::uint64_t query_key = 0;   // procedural: key of the query-dependent part
   ExplicitScores explicit_scores;  // when importance == kExplicit
   std::optional<DecodeTopK> decode_topk;
+  std::optional<DecodeTopKSets> decode_sets;
 
   void Clear();
 };

@@ -32,6 +32,7 @@ constexpr std::uint32_t kMaxRecordBytes = 1u << 30;
 constexpr std::uint32_t kMaxHeaderBytes = 1u << 24;
 constexpr char kEndTag[4] = {'K', 'E', 'N', 'D'};
 constexpr std::uint64_t kExtDecodeTopK = 1;
+constexpr std::uint64_t kExtDecodeTopKSets = 2;
 
 void EncodeProcedural(const ProceduralParams& p, wire::ByteWriter* w) {
   w->U64(p.seed);
@@ -157,7 +158,7 @@ void EncodeRecord(const TraceRecord& rec, wire::ByteWriter* w) {
       }
     }
   }
-  w->Var(rec.decode_topk ? 1 : 0);
+  w->Var((rec.decode_topk ? 1 : 0) + (rec.decode_sets ? 1 : 0));
   if (rec.decode_topk) {
     wire::ByteWriter x;
     const DecodeTopK& d = *rec.decode_topk;
@@ -172,6 +173,32 @@ void EncodeRecord(const TraceRecord& rec, wire::ByteWriter* w) {
       }
     }
     w->Var(kExtDecodeTopK);
+    w->Var(x.bytes().size());
+    w->Raw(x.bytes().data(), x.bytes().size());
+  }
+  if (rec.decode_sets) {
+    const DecodeTopKSets& d = *rec.decode_sets;
+    wire::ByteWriter x;
+    x.Var(static_cast<std::uint64_t>(d.steps));
+    x.Var(static_cast<std::uint64_t>(d.k));
+    x.Var(static_cast<std::uint64_t>(d.layers));
+    x.Var(static_cast<std::uint64_t>(d.kv_heads));
+    x.U8(static_cast<std::uint8_t>((d.output.empty() ? 0 : 1) | (d.prefetched.empty() ? 0 : 2)));
+    for (int s = 0; s < d.steps; ++s) {
+      x.Var(static_cast<std::uint64_t>(d.context[s]));
+      x.Var(static_cast<std::uint64_t>(d.candidates[s]));
+    }
+    for (const auto* sets : {&d.output, &d.prefetched}) {
+      for (const std::vector<std::int64_t>& set : *sets) {
+        x.Var(set.size());
+        std::int64_t p = 0;
+        for (std::int64_t v : set) {
+          x.SVar(v - p);
+          p = v;
+        }
+      }
+    }
+    w->Var(kExtDecodeTopKSets);
     w->Var(x.bytes().size());
     w->Raw(x.bytes().data(), x.bytes().size());
   }
@@ -231,6 +258,42 @@ std::string CheckRecord(const TraceHeader& header, const TraceRecord& rec) {
     }
     default:
       return "unknown importance kind " + std::to_string(int(rec.importance));
+  }
+  if (rec.decode_sets) {
+    const DecodeTopKSets& d = *rec.decode_sets;
+    if (d.layers != header.model.layers || d.kv_heads != header.model.kv_heads) {
+      return "decode top-k sets: " + std::to_string(d.layers) + " layers x " +
+             std::to_string(d.kv_heads) + " heads, model has " +
+             std::to_string(header.model.layers) + " x " + std::to_string(header.model.kv_heads);
+    }
+    const std::size_t n = static_cast<std::size_t>(d.steps) * d.layers * d.kv_heads;
+    if (d.steps < 0 || d.k < 0 || d.context.size() != std::size_t(d.steps) ||
+        d.candidates.size() != std::size_t(d.steps) || (!d.output.empty() && d.output.size() != n) ||
+        (!d.prefetched.empty() && d.prefetched.size() != n)) {
+      return "decode top-k sets: inconsistent sizes";
+    }
+    const std::int64_t limit = q.prefix_tokens() + q.query_tokens + q.output_tokens;
+    for (int s = 0; s < d.steps; ++s) {
+      if (d.context[s] < 0 || d.context[s] > limit || d.candidates[s] < 0 ||
+          d.candidates[s] > d.context[s] + 1) {
+        return "decode top-k sets: step " + std::to_string(s) + " context " +
+               std::to_string(d.context[s]) + " / candidates " + std::to_string(d.candidates[s]) +
+               " out of range (limit " + std::to_string(limit) + ")";
+      }
+    }
+    for (const auto* sets : {&d.output, &d.prefetched}) {
+      for (std::size_t i = 0; i < sets->size(); ++i) {
+        const std::vector<std::int64_t>& set = (*sets)[i];
+        const int s = static_cast<int>(i / (static_cast<std::size_t>(d.layers) * d.kv_heads));
+        if (std::int64_t(set.size()) > d.k) return "decode top-k sets: a set larger than k";
+        for (std::int64_t p : set) {
+          if (p < 0 || p >= d.candidates[s]) {
+            return "decode top-k sets: step " + std::to_string(s) + " position " +
+                   std::to_string(p) + " out of range [0, " + std::to_string(d.candidates[s]) + ")";
+          }
+        }
+      }
+    }
   }
   if (rec.decode_topk) {
     const DecodeTopK& d = *rec.decode_topk;
@@ -437,6 +500,54 @@ bool TraceReader::Next(TraceRecord* record) {
   return true;
 }
 
+void TraceReader::DecodeExtSets(std::span<const std::uint8_t> bytes, TraceRecord* rec) {
+  wire::ByteReader x(bytes);
+  std::uint64_t steps, k, layers, heads;
+  std::uint8_t which = 0;
+  if (!x.Var(&steps) || !x.Var(&k) || !x.Var(&layers) || !x.Var(&heads) || !x.U8(&which) ||
+      layers != std::uint64_t(header_.model.layers) ||
+      heads != std::uint64_t(header_.model.kv_heads) || steps > bytes.size() ||
+      k > (1u << 24) || which > 3) {
+    Fail("malformed decode top-k sets");
+  }
+  DecodeTopKSets d;
+  d.steps = int(steps);
+  d.k = int(k);
+  d.layers = int(layers);
+  d.kv_heads = int(heads);
+  d.context.resize(steps);
+  d.candidates.resize(steps);
+  for (std::uint64_t s = 0; s < steps; ++s) {
+    std::uint64_t c, l;
+    if (!x.Var(&c) || !x.Var(&l) || c > (1ull << 40) || l > (1ull << 40)) {
+      Fail("malformed decode top-k sets");
+    }
+    d.context[s] = std::int64_t(c);
+    d.candidates[s] = std::int64_t(l);
+  }
+  const std::uint64_t n = steps * layers * heads;
+  for (int set = 0; set < 2; ++set) {
+    if (!(which & (1 << set))) continue;
+    if (n > x.remaining()) Fail("malformed decode top-k sets");  // >= 1 byte per set
+    auto& out = set == 0 ? d.output : d.prefetched;
+    out.resize(n);
+    for (std::uint64_t i = 0; i < n; ++i) {
+      std::uint64_t m;
+      if (!x.Var(&m) || m > k || m > x.remaining()) Fail("malformed decode top-k sets");
+      out[i].resize(m);
+      std::int64_t p = 0;
+      for (std::uint64_t j = 0; j < m; ++j) {
+        std::int64_t dv;
+        if (!x.SVar(&dv)) Fail("malformed decode top-k sets");
+        p += dv;
+        out[i][j] = p;
+      }
+    }
+  }
+  if (!x.ok() || x.remaining() != 0) Fail("malformed decode top-k sets");
+  rec->decode_sets = std::move(d);
+}
+
 void TraceReader::DecodeRecord(TraceRecord* rec) {
   wire::ByteReader r(buf_);
   Request& q = rec->request;
@@ -521,6 +632,7 @@ void TraceReader::DecodeRecord(TraceRecord* rec) {
   std::uint64_t next = 0;
   if (!r.Var(&next) || next > r.remaining()) Fail("malformed extensions");
   rec->decode_topk.reset();
+  rec->decode_sets.reset();
   for (std::uint64_t i = 0; i < next; ++i) {
     std::uint64_t tag, elen;
     if (!r.Var(&tag) || !r.Var(&elen) || elen > r.remaining()) Fail("malformed extension");
@@ -542,6 +654,8 @@ void TraceReader::DecodeRecord(TraceRecord* rec) {
         }
       }
       rec->decode_topk = std::move(d);
+    } else if (tag == kExtDecodeTopKSets) {
+      DecodeExtSets(std::span<const std::uint8_t>(r.pos(), elen), rec);
     }
     r.Skip(elen);  // unknown tags are skipped: later extensions need no format break
   }

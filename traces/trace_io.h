@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,7 @@ class TraceReader {
   [[noreturn]] void Fail(const std::string& what) const;
   void ReadExact(void* p, std::size_t n, const char* what);
   void DecodeRecord(TraceRecord* record);
+  void DecodeExtSets(std::span<const std::uint8_t> bytes, TraceRecord* record);
 
   std::string path_;
   TraceHeader header_;

@@ -14,6 +14,7 @@
 
 #include "core/errors.h"
 #include "core/itf.h"
+#include "models/decode.h"
 #include "models/eval.h"
 #include "models/llama.h"
 #include "models/recorder.h"
@@ -144,6 +145,73 @@ TEST_F(TinyModelTest, RecordedScoresAreTheForwardColumnSumsAndReadBack) {
   }
   EXPECT_EQ(n, 4);
   EXPECT_EQ(seen.size(), 4u);
+}
+
+// The decode extensions hold what an independent Decoder (SpeCache, 2-bit) does on the same
+// prompt: per step and (layer, KV head) the output token's exact top-k and the fetched set, in
+// rank order, the step's context and candidates, and extension 1's summed top-k.
+TEST_F(TinyModelTest, RecordedDecodeSetsAreTheDecodersSets) {
+  std::vector<PromptGroup> groups(1);
+  groups[0].prefix = Tokens(40, 1);
+  groups[0].queries = {Tokens(8, 2)};
+  RecordOptions o;
+  o.model_name = "tiny";
+  o.decode_steps = 4;
+  o.decode_k = 3;
+  o.decode_bits = 2;
+  o.decode_quant.group = 4;
+  o.decode_quant.residual = 8;
+  const std::string path = TempPath("t.kvt").string();
+  RecordTrace(*model_, groups, o, path);
+  TraceReader reader(path);
+  EXPECT_EQ(reader.header().Meta("decode_method"), "specache");
+  EXPECT_EQ(reader.header().Meta("decode_bits"), "2");
+  EXPECT_EQ(reader.header().Meta("decode_residual"), "8");
+  TraceRecord rec;
+  ASSERT_TRUE(reader.Next(&rec));
+  ASSERT_TRUE(rec.decode_sets.has_value());
+  const DecodeTopKSets& sets = *rec.decode_sets;
+  EXPECT_EQ(sets.steps, 4);
+  EXPECT_EQ(sets.k, 3);
+
+  KvCache cache;
+  model_->Prefill(groups[0].prefix, &cache);
+  const ForwardResult q = model_->Forward(groups[0].queries[0], &cache);
+  DecodeOptions d;
+  d.method = DecodeMethod::kSpeCache;
+  d.quant = o.decode_quant;
+  d.k = 3;
+  d.measure = true;
+  d.keep_exact_scores = true;
+  Decoder dec(*model_, cache, d);
+  int32_t next = ArgMax(q.LastLogits(model_->config().vocab_size));
+  for (int s = 0; s < 4; ++s) {
+    next = ArgMax(dec.Step(next));
+    const DecodeStepInfo& info = dec.last();
+    EXPECT_EQ(sets.context[s], 48 + s);
+    EXPECT_EQ(sets.candidates[s], info.low_bit);
+    for (int l = 0; l < 2; ++l) {
+      for (int h = 0; h < 2; ++h) {
+        const auto& out = sets.output[sets.Index(s, l, h)];
+        const auto& pre = sets.prefetched[sets.Index(s, l, h)];
+        EXPECT_EQ(std::vector<int32_t>(out.begin(), out.end()), info.exact[l][h]);
+        EXPECT_EQ(std::vector<int32_t>(pre.begin(), pre.end()), info.fetched[l][h]);
+        EXPECT_EQ(out.size(), 3u);
+      }
+    }
+    // Extension 1: top-3 of the exact attention summed over layers and heads, sorted.
+    std::vector<float> agg(info.context + 1, 0.f);
+    for (const auto& layer : info.exact_scores) {
+      for (const auto& head : layer) {
+        for (int j = 0; j <= info.context; ++j) agg[j] += head[j];
+      }
+    }
+    const TokenSet top = TopK(agg, 3);
+    ASSERT_TRUE(rec.decode_topk.has_value());
+    EXPECT_EQ(std::vector<std::int64_t>(rec.decode_topk->positions.begin() + 3 * s,
+                                        rec.decode_topk->positions.begin() + 3 * s + 3),
+              std::vector<std::int64_t>(top.begin(), top.end()));
+  }
 }
 
 TEST_F(TinyModelTest, RecordRejectsPromptsLongerThanTheContext) {

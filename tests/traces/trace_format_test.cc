@@ -2,6 +2,8 @@
 // and retargeting.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -121,6 +123,89 @@ TEST(TraceFormat, RoundTripAllPayloadForms) {
   }
   EXPECT_FALSE(r.Next(&rec));
   EXPECT_EQ(r.records_read(), std::int64_t(written.size()));
+  std::remove(path.c_str());
+}
+
+// Extension 2: ranked per-layer, per-KV-head decode sets read back exactly (sets shorter than
+// k and an absent prefetched half included), beside extension 1; a record without them reads
+// back without them (old traces stay readable).
+DecodeTopKSets Sets(int steps, int k, bool prefetched) {
+  DecodeTopKSets d;
+  d.steps = steps;
+  d.k = k;
+  d.layers = 3;
+  d.kv_heads = 2;
+  std::mt19937 g(5);
+  for (int s = 0; s < steps; ++s) {
+    d.context.push_back(40 + s);
+    d.candidates.push_back(s == 0 ? 2 : 32);  // step 0: fewer candidates than k
+    for (int i = 0; i < 6; ++i) {
+      std::vector<std::int64_t> set;
+      std::vector<std::int64_t> all(d.candidates.back());
+      for (std::size_t j = 0; j < all.size(); ++j) all[j] = std::int64_t(j);
+      std::shuffle(all.begin(), all.end(), g);  // ranked: any order
+      set.assign(all.begin(), all.begin() + std::min<std::int64_t>(k, d.candidates.back()));
+      d.output.push_back(set);
+      if (prefetched) d.prefetched.push_back(std::vector<std::int64_t>(set.rbegin(), set.rend()));
+    }
+  }
+  return d;
+}
+
+TEST(TraceFormat, RoundTripDecodeTopKSets) {
+  const std::string path = TempPath("sets.kvt");
+  std::vector<TraceRecord> written;
+  {
+    TraceWriter w(path, Header(3, 2, false));
+    TraceRecord a = TokenRecord(0, 30);
+    a.decode_topk = DecodeTopK{2, 3, {0, 5, 29, 1, 2, 40}};
+    a.decode_sets = Sets(2, 4, true);
+    TraceRecord b = TokenRecord(1, 30);
+    b.decode_sets = Sets(3, 5, false);
+    TraceRecord c = TokenRecord(2, 30);
+    for (const TraceRecord* r : {&a, &b, &c}) {
+      w.Write(*r);
+      written.push_back(*r);
+    }
+    w.Close();
+  }
+  TraceReader r(path);
+  TraceRecord rec;
+  for (const TraceRecord& want : written) {
+    ASSERT_TRUE(r.Next(&rec));
+    ExpectSameRequest(want, rec);
+    EXPECT_EQ(rec.decode_topk.has_value(), want.decode_topk.has_value());
+    ASSERT_EQ(rec.decode_sets.has_value(), want.decode_sets.has_value());
+    if (!want.decode_sets) continue;
+    const DecodeTopKSets& got = *rec.decode_sets;
+    EXPECT_EQ(got.steps, want.decode_sets->steps);
+    EXPECT_EQ(got.k, want.decode_sets->k);
+    EXPECT_EQ(got.context, want.decode_sets->context);
+    EXPECT_EQ(got.candidates, want.decode_sets->candidates);
+    EXPECT_EQ(got.output, want.decode_sets->output);
+    EXPECT_EQ(got.prefetched, want.decode_sets->prefetched);
+  }
+  EXPECT_FALSE(r.Next(&rec));
+  std::remove(path.c_str());
+}
+
+TEST(TraceFormat, WriterRejectsBadDecodeTopKSets) {
+  const std::string path = TempPath("badsets.kvt");
+  TraceWriter w(path, Header(3, 2, false));
+  TraceRecord a = TokenRecord(0, 30);
+  a.decode_sets = Sets(2, 4, true);
+  a.decode_sets->output[7][0] = 32;  // step 1 has 32 candidates: positions < 32
+  EXPECT_THROW(w.Write(a), InputError);
+  a.decode_sets = Sets(2, 4, true);
+  a.decode_sets->layers = 2;  // the header's model has 3
+  EXPECT_THROW(w.Write(a), InputError);
+  a.decode_sets = Sets(2, 4, true);
+  a.decode_sets->prefetched.pop_back();
+  EXPECT_THROW(w.Write(a), InputError);
+  a.decode_sets = Sets(2, 4, true);
+  a.decode_sets->context[1] = 30 + 17 + 5 + 1;  // past prefix + query + output
+  EXPECT_THROW(w.Write(a), InputError);
+  w.Close();
   std::remove(path.c_str());
 }
 

@@ -198,6 +198,41 @@ TEST(TraceMalformed, DecodeTopKIndexOutOfRange) {
   ExpectBad(path, "record 1", "out of range");
 }
 
+TEST(TraceMalformed, DecodeTopKSetPositionOutOfRange) {
+  const std::string path = TempPath("sets_range.kvt");
+  {
+    TraceHeader h;
+    h.producer = "test";
+    h.model = {"tiny", 2, 2, 2};
+    TraceWriter w(path, h);
+    TraceRecord r;
+    r.request.prefix = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    r.request.query_tokens = 10;
+    r.request.output_tokens = 1;
+    DecodeTopKSets d;
+    d.steps = 1;
+    d.k = 1;
+    d.layers = 2;
+    d.kv_heads = 2;
+    d.context = {20};
+    d.candidates = {10};
+    d.output = {{1}, {2}, {3}, {4}};
+    d.prefetched = {{5}, {6}, {7}, {8}};
+    r.decode_sets = d;
+    w.Write(r);
+    w.Close();
+  }
+  Bytes8 b = ReadAll(path);
+  const std::size_t off = RecordOffset(b, 0);
+  std::uint32_t len;
+  std::memcpy(&len, b.data() + off, 4);
+  ASSERT_EQ(b[off + 4 + len - 1], 0x10);  // zigzag(8): the last prefetched position
+  b[off + 4 + len - 1] = 0x7E;           // position 63 >= 10 candidates
+  FixCrc(&b, off);
+  WriteAll(path, b);
+  ExpectBad(path, "record 0", "out of range");
+}
+
 TEST(TraceMalformed, ExplicitLayerCountOutOfRange) {
   const std::string path = MakeTrace("layers.kvt");
   Bytes8 b = ReadAll(path);
