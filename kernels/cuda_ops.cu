@@ -119,7 +119,37 @@ __global__ void ProbsTimesVKernel(AttentionShape s, const float* probs, const fl
   }
 }
 
+// One thread per (head, token): the token's low-bit key is dequantized channel by channel
+// (code * scale + zero, as the reference does) and dotted with the query. Consecutive threads
+// take consecutive tokens of one head, so a warp reads per_word-token-shared code words and
+// one group's scale/zero per channel.
+__global__ void LowBitKeyScoresKernel(LowBitKeyShape s, const uint32_t* codes, const float* scale,
+                                      const float* zero, const float* q, float* scores) {
+  const int64_t idx = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (idx >= s.score_floats()) return;
+  const int32_t h = static_cast<int32_t>(idx / s.tokens);
+  const int32_t t = static_cast<int32_t>(idx % s.tokens);
+  const int32_t kvh = h / (s.heads / s.kv_heads);
+  const float* qrow = q + int64_t{h} * s.head_dim;
+  float dot = 0.0f;
+  for (int32_t d = 0; d < s.head_dim; ++d) {
+    const int64_t p = s.Param(kvh, t, d);
+    const float k = static_cast<float>(s.Code(codes, kvh, t, d)) * scale[p] + zero[p];
+    dot += qrow[d] * k;
+  }
+  scores[idx] = dot * rsqrtf(static_cast<float>(s.head_dim));
+}
+
 }  // namespace
+
+Status LowBitKeyScoresCuda(const LowBitKeyShape& s, const uint32_t* codes, const float* scale,
+                           const float* zero, const float* q, float* scores, cudaStream_t stream) {
+  if (!s.valid()) return Status::InvalidArgument("LowBitKeyScoresCuda: bad shape");
+  const int64_t n = s.score_floats();
+  LowBitKeyScoresKernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0,
+                          stream>>>(s, codes, scale, zero, q, scores);
+  return LaunchStatus("LowBitKeyScoresCuda");
+}
 
 Status ProbeScoresCuda(const AttentionShape& s, const float* q, const float* k, float* probs,
                        float* colsum, cudaStream_t stream) {

@@ -34,4 +34,8 @@ Status GatherRowsCuda(const ChunkedKvLayout& layout, const float* const* chunks,
 Status AttentionCuda(const AttentionShape& shape, const float* q, const float* k, const float* v,
                      float* workspace, float* out, cudaStream_t stream);
 
+// (e) Low-bit key scores of one query (LowBitKeyShape). One thread per (head, token).
+Status LowBitKeyScoresCuda(const LowBitKeyShape& shape, const uint32_t* codes, const float* scale,
+                           const float* zero, const float* q, float* scores, cudaStream_t stream);
+
 }  // namespace kvtier::kernels

@@ -62,6 +62,54 @@ struct ChunkedKvLayout {
   KVTIER_HOST_DEVICE int64_t tokens() const { return int64_t{chunk_tokens} * num_chunks; }
 };
 
+// Low-bit keys in KIVI's per-channel layout (models/kivi.h; SpeCache keeps them on the GPU to
+// score the speculative token): tokens come in groups of `group` consecutive tokens; per (KV
+// head, token group, channel) a float zero-point and scale, and the group's `group` codes
+// packed LSB first into 32-bit words (token t of the group in bits [(t % per_word) * bits, +bits)
+// of word t / per_word, per_word = 32 / bits). A key element is code * scale + zero.
+//   codes        [kv_heads][token_groups][head_dim][words_per_group]   uint32
+//   scale, zero  [kv_heads][token_groups][head_dim]                    float
+//   q            [heads][head_dim]                                     one query token
+//   scores       [heads][tokens]       q . k'_t / sqrt(head_dim): attention logits, no softmax
+// Query head h reads KV head h / (heads / kv_heads).
+struct LowBitKeyShape {
+  int32_t bits = 2;       // 1 or 2
+  int32_t group = 32;     // tokens per quantization group; group * bits a multiple of 32
+  int32_t tokens = 0;     // a multiple of group
+  int32_t heads = 0;
+  int32_t kv_heads = 0;
+  int32_t head_dim = 0;
+
+  KVTIER_HOST_DEVICE bool valid() const {
+    return (bits == 1 || bits == 2) && group > 0 && (group * bits) % 32 == 0 && tokens > 0 &&
+           tokens % group == 0 && heads > 0 && kv_heads > 0 && heads % kv_heads == 0 &&
+           head_dim > 0;
+  }
+  KVTIER_HOST_DEVICE int32_t token_groups() const { return tokens / group; }
+  KVTIER_HOST_DEVICE int32_t per_word() const { return 32 / bits; }
+  KVTIER_HOST_DEVICE int32_t words_per_group() const { return group * bits / 32; }
+  KVTIER_HOST_DEVICE int64_t code_words() const {
+    return int64_t{kv_heads} * token_groups() * head_dim * words_per_group();
+  }
+  KVTIER_HOST_DEVICE int64_t param_floats() const {
+    return int64_t{kv_heads} * token_groups() * head_dim;
+  }
+  KVTIER_HOST_DEVICE int64_t score_floats() const { return int64_t{heads} * tokens; }
+  // The code of (kv head, token, channel) in `codes`.
+  KVTIER_HOST_DEVICE uint32_t Code(const uint32_t* codes, int32_t kvh, int32_t t,
+                                   int32_t d) const {
+    const int32_t g = t / group, i = t % group;
+    const uint32_t word =
+        codes[((int64_t{kvh} * token_groups() + g) * head_dim + d) * words_per_group() +
+              i / per_word()];
+    return (word >> ((i % per_word()) * bits)) & ((1u << bits) - 1u);
+  }
+  // Index of (kv head, token's group, channel) in scale / zero.
+  KVTIER_HOST_DEVICE int64_t Param(int32_t kvh, int32_t t, int32_t d) const {
+    return (int64_t{kvh} * token_groups() + t / group) * head_dim + d;
+  }
+};
+
 // Row ordering used by top-k (reference and kernel): true when (a, i) ranks before (b, j).
 KVTIER_HOST_DEVICE inline bool RanksBefore(float a, int32_t i, float b, int32_t j) {
   const bool a_nan = a != a;

@@ -53,6 +53,46 @@ Status ProbeScoresRef(const AttentionShape& s, const float* q, const float* k, f
   return Status::OK();
 }
 
+Status LowBitKeyScoresRef(const LowBitKeyShape& s, const uint32_t* codes, const float* scale,
+                          const float* zero, const float* q, float* scores) {
+  if (!s.valid()) return BadShape("LowBitKeyScoresRef");
+  const float inv = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  const int32_t group = s.heads / s.kv_heads;
+  for (int32_t h = 0; h < s.heads; ++h) {
+    const int32_t kvh = h / group;
+    for (int32_t t = 0; t < s.tokens; ++t) {
+      float dot = 0.0f;
+      for (int32_t d = 0; d < s.head_dim; ++d) {
+        const int64_t p = s.Param(kvh, t, d);
+        const float k = static_cast<float>(s.Code(codes, kvh, t, d)) * scale[p] + zero[p];
+        dot += q[int64_t{h} * s.head_dim + d] * k;
+      }
+      scores[int64_t{h} * s.tokens + t] = dot * inv;
+    }
+  }
+  return Status::OK();
+}
+
+Status PackLowBitCodes(const LowBitKeyShape& s, const uint8_t* codes, uint32_t* packed) {
+  if (!s.valid()) return BadShape("PackLowBitCodes");
+  std::fill(packed, packed + s.code_words(), 0u);
+  for (int32_t t = 0; t < s.tokens; ++t) {
+    for (int32_t kvh = 0; kvh < s.kv_heads; ++kvh) {
+      for (int32_t d = 0; d < s.head_dim; ++d) {
+        const uint32_t c = codes[(int64_t{t} * s.kv_heads + kvh) * s.head_dim + d];
+        if (c >= (1u << s.bits)) {
+          return Status::InvalidArgument("PackLowBitCodes: code " + std::to_string(c) +
+                                         " does not fit " + std::to_string(s.bits) + " bits");
+        }
+        const int32_t g = t / s.group, i = t % s.group;
+        packed[((int64_t{kvh} * s.token_groups() + g) * s.head_dim + d) * s.words_per_group() +
+               i / s.per_word()] |= c << ((i % s.per_word()) * s.bits);
+      }
+    }
+  }
+  return Status::OK();
+}
+
 Status TopKRef(const TopKShape& s, const float* scores, int32_t* indices) {
   if (!s.valid()) return BadShape("TopKRef");
   std::vector<int32_t> order(s.cols);

@@ -27,6 +27,15 @@ Status GatherRowsRef(const ChunkedKvLayout& layout, const float* const* chunks,
 Status AttentionRef(const AttentionShape& shape, const float* q, const float* k, const float* v,
                     float* out);
 
+// (e) Attention logits of one query against low-bit keys (LowBitKeyShape): scores[h][t] =
+// sum_d q[h][d] * (code * scale + zero) / sqrt(head_dim).
+Status LowBitKeyScoresRef(const LowBitKeyShape& shape, const uint32_t* codes, const float* scale,
+                          const float* zero, const float* q, float* scores);
+
+// Packs codes ([tokens][kv_heads][head_dim], one code per byte, each < 2^bits) into the
+// LowBitKeyShape word layout. InvalidArgument for a bad shape or a code out of range.
+Status PackLowBitCodes(const LowBitKeyShape& shape, const uint8_t* codes, uint32_t* packed);
+
 // C[m][n] = A[m][k] * B, with B stored [k][n], or [n][k] when `transpose_b` (a weight matrix
 // applied as x W^T). For projections / FFN in the host backend.
 Status GemmRef(int32_t m, int32_t n, int32_t k, const float* a, const float* b, bool transpose_b,

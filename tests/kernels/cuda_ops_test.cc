@@ -158,5 +158,29 @@ TEST_F(CudaOpsTest, CublasGemmMatchesReference) {
   }
 }
 
+TEST_F(CudaOpsTest, LowBitKeyScoresMatchReference) {
+  // SmolLM2-like (9 heads over 3 KV heads, head_dim 64) and Mistral-like (32 over 8, 128).
+  for (const LowBitKeyShape& s : {LowBitKeyShape{1, 32, 1024, 9, 3, 64},
+                                  LowBitKeyShape{2, 32, 2048, 9, 3, 64},
+                                  LowBitKeyShape{2, 64, 512, 32, 8, 128}}) {
+    std::mt19937 rng(seed_++);
+    std::vector<uint8_t> codes(int64_t{s.tokens} * s.kv_heads * s.head_dim);
+    for (uint8_t& c : codes) c = static_cast<uint8_t>(rng() % (1u << s.bits));
+    std::vector<uint32_t> packed(s.code_words());
+    ASSERT_TRUE(PackLowBitCodes(s, codes.data(), packed.data()).ok());
+    const auto scale = Random(s.param_floats()), zero = Random(s.param_floats()),
+               q = Random(int64_t{s.heads} * s.head_dim);
+    std::vector<float> want(s.score_floats());
+    ASSERT_TRUE(LowBitKeyScoresRef(s, packed.data(), scale.data(), zero.data(), q.data(),
+                                   want.data()).ok());
+    float* out = Poisoned<float>(s.score_floats());
+    ASSERT_TRUE(LowBitKeyScoresCuda(s, Upload(packed), Upload(scale), Upload(zero), Upload(q), out,
+                                    stream_).ok());
+    ExpectClose(Download(out, s.score_floats()), want);
+  }
+  EXPECT_FALSE(LowBitKeyScoresCuda({3, 32, 32, 1, 1, 1}, nullptr, nullptr, nullptr, nullptr,
+                                   nullptr, stream_).ok());
+}
+
 }  // namespace
 }  // namespace kvtier::kernels

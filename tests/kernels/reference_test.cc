@@ -150,5 +150,71 @@ TEST(ReferenceKernels, GemmMatchesNaiveBothLayouts) {
   }
 }
 
+// Low-bit key scores, by hand: 1 bit, group 32, one KV head with 2 channels, 2 query heads.
+// Token t has code (t % 2) in channel 0 and (t / 2 % 2) in channel 1. Group 0: channel 0 scale
+// 2, zero -1 (keys -1 / 1); channel 1 scale 4, zero 0.5 (keys 0.5 / 4.5). q0 = (1, 0), q1 =
+// (0.5, 2); scores / sqrt(2).
+TEST(ReferenceKernels, LowBitKeyScoresByHand) {
+  const LowBitKeyShape s{1, 32, 32, 2, 1, 2};
+  std::vector<uint8_t> codes(32 * 2);
+  for (int t = 0; t < 32; ++t) {
+    codes[t * 2 + 0] = static_cast<uint8_t>(t % 2);
+    codes[t * 2 + 1] = static_cast<uint8_t>(t / 2 % 2);
+  }
+  std::vector<uint32_t> packed(s.code_words());
+  ASSERT_EQ(packed.size(), 2u);  // one word per channel
+  ASSERT_TRUE(PackLowBitCodes(s, codes.data(), packed.data()).ok());
+  EXPECT_EQ(packed[0], 0xAAAAAAAAu);  // channel 0: codes 0,1,0,1,... LSB first
+  EXPECT_EQ(packed[1], 0xCCCCCCCCu);  // channel 1: 0,0,1,1,...
+  const std::vector<float> scale = {2, 4}, zero = {-1, 0.5f}, q = {1, 0, 0.5f, 2};
+  std::vector<float> scores(s.score_floats());
+  ASSERT_TRUE(LowBitKeyScoresRef(s, packed.data(), scale.data(), zero.data(), q.data(),
+                                 scores.data()).ok());
+  const float r = 1.0f / std::sqrt(2.0f);
+  for (int t = 0; t < 32; ++t) {
+    const float k0 = t % 2 ? 1.0f : -1.0f, k1 = t / 2 % 2 ? 4.5f : 0.5f;
+    EXPECT_FLOAT_EQ(scores[t], k0 * r) << t;
+    EXPECT_FLOAT_EQ(scores[32 + t], (0.5f * k0 + 2 * k1) * r) << t;
+  }
+}
+
+// 2 bits, several groups and KV heads: the reference equals the dot product with the
+// dequantized keys computed from the unpacked codes.
+TEST(ReferenceKernels, LowBitKeyScoresMatchDequantizedKeys) {
+  const LowBitKeyShape s{2, 16, 64, 6, 2, 8};
+  std::mt19937 rng(3);
+  std::vector<uint8_t> codes(int64_t{s.tokens} * s.kv_heads * s.head_dim);
+  for (uint8_t& c : codes) c = static_cast<uint8_t>(rng() % 4);
+  std::vector<uint32_t> packed(s.code_words());
+  ASSERT_TRUE(PackLowBitCodes(s, codes.data(), packed.data()).ok());
+  const std::vector<float> scale = Random(s.param_floats(), 4), zero = Random(s.param_floats(), 5),
+                           q = Random(int64_t{s.heads} * s.head_dim, 6);
+  std::vector<float> scores(s.score_floats());
+  ASSERT_TRUE(LowBitKeyScoresRef(s, packed.data(), scale.data(), zero.data(), q.data(),
+                                 scores.data()).ok());
+  for (int h = 0; h < s.heads; ++h) {
+    const int kvh = h / 3;
+    for (int t = 0; t < s.tokens; ++t) {
+      double dot = 0;
+      for (int d = 0; d < s.head_dim; ++d) {
+        const int64_t p = (int64_t{kvh} * s.token_groups() + t / s.group) * s.head_dim + d;
+        const double k = double(codes[(int64_t{t} * s.kv_heads + kvh) * s.head_dim + d]) * scale[p] + zero[p];
+        dot += q[h * s.head_dim + d] * k;
+      }
+      EXPECT_NEAR(scores[h * s.tokens + t], dot / std::sqrt(8.0), 1e-5) << h << " " << t;
+    }
+  }
+}
+
+TEST(ReferenceKernels, LowBitKeyShapesAndCodesAreChecked) {
+  std::vector<uint32_t> packed(4);
+  std::vector<uint8_t> codes(16, 0);
+  EXPECT_FALSE(PackLowBitCodes({2, 8, 16, 1, 1, 1}, codes.data(), packed.data()).ok());  // 8*2 < 32
+  EXPECT_FALSE(PackLowBitCodes({3, 32, 32, 1, 1, 1}, codes.data(), packed.data()).ok());
+  EXPECT_FALSE(PackLowBitCodes({1, 32, 40, 1, 1, 1}, codes.data(), packed.data()).ok());
+  std::vector<uint8_t> big(32, 2);  // 2 does not fit 1 bit
+  EXPECT_FALSE(PackLowBitCodes({1, 32, 32, 1, 1, 1}, big.data(), packed.data()).ok());
+}
+
 }  // namespace
 }  // namespace kvtier::kernels

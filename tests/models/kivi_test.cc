@@ -6,9 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "core/errors.h"
+#include "kernels/reference.h"
 #include "models/llama.h"
 
 namespace kvtier {
@@ -159,6 +161,60 @@ TEST(KiviCacheTest, GpuBytesCountCodesGroupsAndResidual) {
   const std::uint64_t bits = (960ull + 936) * 64 * 2 + 30ull * 64 * 32 + 936ull * 2 * 32 +
                              (40ull + 64) * 64 * 16;
   EXPECT_EQ(KiviCache::GpuBytes(cfg, 1000, 2, 3, 64), bits * 6 / 8);
+}
+
+// The low-bit key score kernel's layout carries exactly the model's KIVI keys: codes and
+// zero/scale from KiviFakeQuantize, packed, score like the KiviCache's dequantized keys.
+TEST(KiviCacheTest, KernelLayoutScoresEqualTheCachesLowBitKeys) {
+  for (int bits : {1, 2}) {
+    KiviConfig cfg;
+    cfg.bits = bits;
+    cfg.group = 32;
+    cfg.residual = 32;
+    const int n = 96, kv = 2, d = 8, heads = 4;
+    KvCache full;
+    full.n_layers = 1;
+    full.n_kv_heads = kv;
+    full.head_dim = d;
+    full.n_tokens = n;
+    full.k.assign(1, {});
+    full.v.assign(1, std::vector<float>(static_cast<size_t>(n) * kv * d, 0.0f));
+    for (int i = 0; i < n * kv * d; ++i) full.k[0].push_back(std::sin(0.37f * i) * (1 + i % 5));
+    KiviCache q(cfg, 1, kv, d);
+    q.Sync(full);
+    ASSERT_EQ(q.key_tokens(), n);
+
+    const kernels::LowBitKeyShape s{bits, 32, n, heads, kv, d};
+    std::vector<std::uint8_t> codes(static_cast<size_t>(n) * kv * d);
+    std::vector<float> scale(s.param_floats()), zero(s.param_floats());
+    std::vector<float> scratch(32 * kv * d);  // KiviFakeQuantize writes at the input's stride
+    std::vector<std::uint8_t> gc(32);
+    for (int h = 0; h < kv; ++h) {
+      for (int g = 0; g < n / 32; ++g) {
+        for (int c = 0; c < d; ++c) {
+          const float* x = full.K(0, g * 32, h) + c;
+          const QuantParams p = KiviFakeQuantize(x, 32, kv * d, bits, true, scratch.data(), gc.data());
+          for (int t = 0; t < 32; ++t) codes[(static_cast<size_t>(g * 32 + t) * kv + h) * d + c] = gc[t];
+          scale[(static_cast<size_t>(h) * (n / 32) + g) * d + c] = p.scale;
+          zero[(static_cast<size_t>(h) * (n / 32) + g) * d + c] = p.zero;
+        }
+      }
+    }
+    std::vector<std::uint32_t> packed(s.code_words());
+    ASSERT_TRUE(kernels::PackLowBitCodes(s, codes.data(), packed.data()).ok());
+    std::vector<float> query(heads * d);
+    for (int i = 0; i < heads * d; ++i) query[i] = std::cos(0.11f * i);
+    std::vector<float> scores(s.score_floats());
+    ASSERT_TRUE(kernels::LowBitKeyScoresRef(s, packed.data(), scale.data(), zero.data(),
+                                            query.data(), scores.data()).ok());
+    for (int hq = 0; hq < heads; ++hq) {
+      for (int t = 0; t < n; ++t) {
+        double dot = 0;
+        for (int c = 0; c < d; ++c) dot += query[hq * d + c] * q.K(0, t, hq / 2)[c];
+        EXPECT_NEAR(scores[hq * n + t], dot / std::sqrt(double(d)), 1e-5) << bits << " " << hq << " " << t;
+      }
+    }
+  }
 }
 
 }  // namespace
