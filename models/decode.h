@@ -89,6 +89,14 @@ class Decoder {
   // speculative token) or the token is not in the vocabulary.
   std::span<const float> Step(int32_t token);
 
+  // Steps several decoders at once, decoders[i] with output token tokens[i]: the same as
+  // calling Step on each, but their forwards share one pass over the weights
+  // (LlamaModel::ForwardBatch), as a batched decode does. REQUIRES: distinct decoders of one
+  // model; tokens.size() == decoders.size(). Read each one's logits with logits().
+  static void StepBatch(std::span<Decoder* const> decoders, std::span<const int32_t> tokens);
+  // The logits the last Step / StepBatch returned.
+  std::span<const float> logits() const { return logits_; }
+
   const DecodeStepInfo& last() const { return last_; }
   const KvCache& cache() const { return cache_; }
   const DecodeOptions& options() const { return options_; }
@@ -96,6 +104,13 @@ class Decoder {
   int32_t speculative_token() const { return speculative_; }
 
  private:
+  // StepBatch's halves: pre-decoding (specache's first step) and the step's forward.
+  bool NeedsPreDecode() const;
+  LlamaModel::BatchForward PreparePreDecode(int32_t token);
+  void FinishPreDecode(const ForwardResult& r);
+  LlamaModel::BatchForward Prepare(int32_t token);
+  void Finish(const ForwardResult& r);
+
   const LlamaModel& model_;
   DecodeOptions options_;
   KvCache cache_;
@@ -105,6 +120,10 @@ class Decoder {
   int32_t speculative_ = -1;
   std::vector<float> logits_;
   DecodeStepInfo last_;
+  // The forward being prepared / finished.
+  int32_t tokens_[2] = {0, 0};
+  LowBitAttention plan_;
+  LowBitAttentionResult plan_out_;
 };
 
 // Bytes of K and V the GPU holds for one sequence of `context` tokens under `options`

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 
 #include <omp.h>
 
@@ -73,21 +74,21 @@ void RmsNorm(const RowMatrix& x, const Vector& w, float eps, RowMatrix* out) {
   }
 }
 
-// Rotates pairs (2i, 2i+1) of each head in rows of `x` ([rows][n_heads * head_dim]); row r is at
-// position first_pos + r.
-void ApplyRope(RowMatrix* x, int n_heads, int head_dim, int rope_dims, double theta,
-               int first_pos) {
+// Rotates pairs (2i, 2i+1) of each head in rows [row0, row0 + rows) of `x`
+// ([rows][n_heads * head_dim]); row row0 + r is at position first_pos + r.
+void ApplyRope(RowMatrix* x, Eigen::Index row0, Eigen::Index rows, int n_heads, int head_dim,
+               int rope_dims, double theta, int first_pos) {
   const int half = rope_dims / 2;
   std::vector<double> inv_freq(half);
   for (int i = 0; i < half; ++i) inv_freq[i] = std::pow(theta, -2.0 * i / rope_dims);
   std::vector<float> cs(half), sn(half);
-  for (Eigen::Index r = 0; r < x->rows(); ++r) {
+  for (Eigen::Index r = 0; r < rows; ++r) {
     const double pos = static_cast<double>(first_pos + r);
     for (int i = 0; i < half; ++i) {
       cs[i] = static_cast<float>(std::cos(pos * inv_freq[i]));
       sn[i] = static_cast<float>(std::sin(pos * inv_freq[i]));
     }
-    float* row = x->row(r).data();
+    float* row = x->row(row0 + r).data();
     for (int h = 0; h < n_heads; ++h) {
       float* p = row + h * head_dim;
       for (int i = 0; i < half; ++i) {
@@ -559,45 +560,94 @@ ForwardResult LlamaModel::Forward(std::span<const int32_t> tokens, KvCache* cach
 ForwardResult LlamaModel::ForwardLowBit(std::span<const int32_t> tokens, KvCache* cache,
                                         int append_rows, const LowBitAttention& attention,
                                         LowBitAttentionResult* out) const {
+  BatchForward b;
+  b.tokens = tokens;
+  b.cache = cache;
+  b.append_rows = append_rows;
+  b.low_bit = &attention;
+  b.low_bit_out = out;
+  std::vector<ForwardResult> r = ForwardBatch(std::span<const BatchForward>(&b, 1));
+  return std::move(r[0]);
+}
+
+std::vector<ForwardResult> LlamaModel::ForwardBatch(std::span<const BatchForward> batch) const {
   const LlamaConfig& c = config_;
-  const int n = static_cast<int>(tokens.size());
-  const int P = cache->n_tokens;
-  CheckInput(tokens, *cache);
-  KVTIER_CHECK(append_rows >= 0 && append_rows <= n, "ForwardLowBit: append_rows out of range");
-  KVTIER_CHECK(attention.lowbit != nullptr, "ForwardLowBit without a low-bit cache");
-  const KiviCache& low = *attention.lowbit;
-  KVTIER_CHECK(low.key_tokens() == KeyQuantizedTokens(P, low.config().residual) &&
-                   low.value_tokens() == ValueQuantizedTokens(P, low.config().residual),
-               "ForwardLowBit: the low-bit cache is not synced to the KvCache");
-  KVTIER_CHECK(attention.capture_row < n && attention.exact_row < n,
-               "ForwardLowBit: capture/exact row outside the new rows");
-  KVTIER_CHECK(attention.capture_limit >= 0 && attention.capture_limit <= P + n,
-               "ForwardLowBit: capture limit outside the columns");
-  if (attention.fetched != nullptr && !attention.fetched->empty()) {
-    KVTIER_CHECK(static_cast<int>(attention.fetched->size()) == c.n_layers,
-                 "ForwardLowBit: fetched sets for another layer count");
-    for (const auto& layer : *attention.fetched) {
-      KVTIER_CHECK(static_cast<int>(layer.size()) == c.n_kv_heads,
-                   "ForwardLowBit: fetched sets for another KV head count");
+  std::vector<std::unique_ptr<Attention>> attention;
+  std::vector<std::vector<std::vector<std::vector<int32_t>>>> all(batch.size());
+  std::vector<AttentionImportance> imp(batch.size());
+  std::vector<LowBitAttentionResult> local(batch.size());
+  std::vector<RunItem> items;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const BatchForward& b = batch[i];
+    const int n = static_cast<int>(b.tokens.size());
+    const int P = b.cache->n_tokens;
+    CheckInput(b.tokens, *b.cache);
+    KVTIER_CHECK(b.append_rows >= 0 && b.append_rows <= n, "ForwardBatch: append_rows out of range");
+    for (size_t j = 0; j < i; ++j) {
+      KVTIER_CHECK(batch[j].cache != b.cache, "ForwardBatch: two items share a KvCache");
     }
-  }
-  LowBitAttentionResult local;
-  LowBitAttentionResult* r = out != nullptr ? out : &local;
-  *r = LowBitAttentionResult();
-  const auto sets = [&]() {
-    return std::vector<std::vector<std::vector<int32_t>>>(
-        c.n_layers, std::vector<std::vector<int32_t>>(c.n_kv_heads));
-  };
-  if (attention.self_select_k > 0) r->selected = sets();
-  if (attention.capture_row >= 0) r->captured = sets();
-  if (attention.exact_row >= 0) {
-    r->exact_topk = sets();
-    if (attention.keep_exact_scores) {
-      r->exact_scores.assign(c.n_layers, std::vector<std::vector<float>>(c.n_kv_heads));
+    if (b.low_bit == nullptr) {
+      // 16-bit attention over every cached position.
+      all[i].assign(c.n_layers, std::vector<std::vector<int32_t>>(c.n_kv_heads));
+      std::vector<int32_t> every(P);
+      for (int j = 0; j < P; ++j) every[j] = j;
+      for (auto& layer : all[i]) {
+        for (auto& head : layer) head = every;
+      }
+      if (b.importance) {
+        AttentionImportance& m = imp[i];
+        m.n_query_rows = n;
+        m.n_cached = P;
+        m.n_columns = P + n;
+        m.per_q_head.assign(c.n_layers, std::vector<std::vector<float>>(
+                                            c.n_heads, std::vector<float>(P + n, 0.0f)));
+        m.per_kv_head.assign(c.n_layers, std::vector<std::vector<float>>(
+                                             c.n_kv_heads, std::vector<float>(P + n, 0.0f)));
+      }
+      attention.push_back(std::make_unique<SelectionAttention>(c, *b.cache, all[i],
+                                                               b.importance ? &imp[i] : nullptr));
+    } else {
+      const LowBitAttention& a = *b.low_bit;
+      KVTIER_CHECK(a.lowbit != nullptr, "ForwardBatch: low-bit attention without a low-bit cache");
+      const KiviCache& low = *a.lowbit;
+      KVTIER_CHECK(low.key_tokens() == KeyQuantizedTokens(P, low.config().residual) &&
+                       low.value_tokens() == ValueQuantizedTokens(P, low.config().residual),
+                   "ForwardBatch: the low-bit cache is not synced to the KvCache");
+      KVTIER_CHECK(a.capture_row < n && a.exact_row < n,
+                   "ForwardBatch: capture/exact row outside the new rows");
+      KVTIER_CHECK(a.capture_limit >= 0 && a.capture_limit <= P + n,
+                   "ForwardBatch: capture limit outside the columns");
+      if (a.fetched != nullptr && !a.fetched->empty()) {
+        KVTIER_CHECK(static_cast<int>(a.fetched->size()) == c.n_layers,
+                     "ForwardBatch: fetched sets for another layer count");
+        for (const auto& layer : *a.fetched) {
+          KVTIER_CHECK(static_cast<int>(layer.size()) == c.n_kv_heads,
+                       "ForwardBatch: fetched sets for another KV head count");
+        }
+      }
+      LowBitAttentionResult* r = b.low_bit_out != nullptr ? b.low_bit_out : &local[i];
+      *r = LowBitAttentionResult();
+      const auto sets = [&]() {
+        return std::vector<std::vector<std::vector<int32_t>>>(
+            c.n_layers, std::vector<std::vector<int32_t>>(c.n_kv_heads));
+      };
+      if (a.self_select_k > 0) r->selected = sets();
+      if (a.capture_row >= 0) r->captured = sets();
+      if (a.exact_row >= 0) {
+        r->exact_topk = sets();
+        if (a.keep_exact_scores) {
+          r->exact_scores.assign(c.n_layers, std::vector<std::vector<float>>(c.n_kv_heads));
+        }
+      }
+      attention.push_back(std::make_unique<LowBitAttentionImpl>(c, *b.cache, a, r));
     }
+    items.push_back({b.tokens, b.cache, b.append_rows, attention.back().get()});
   }
-  LowBitAttentionImpl impl(c, *cache, attention, r);
-  return Run(tokens, cache, append_rows, /*all_logits=*/true, &impl);
+  std::vector<ForwardResult> out = RunBatch(items, /*all_logits=*/true);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].importance && batch[i].low_bit == nullptr) out[i].importance = std::move(imp[i]);
+  }
+  return out;
 }
 
 void LlamaModel::CheckInput(std::span<const int32_t> tokens, const KvCache& cache) const {
@@ -624,27 +674,55 @@ void LlamaModel::CheckInput(std::span<const int32_t> tokens, const KvCache& cach
 
 ForwardResult LlamaModel::Run(std::span<const int32_t> tokens, KvCache* cache, int append_rows,
                               bool all_logits, Attention* attention) const {
-  const LlamaConfig& c = config_;
-  const int n = static_cast<int>(tokens.size());
-  const int P = cache->n_tokens;
-  ForwardResult result;
-  result.n_new = n;
-  result.first_position = P;
+  const RunItem item{tokens, cache, append_rows, attention};
+  std::vector<ForwardResult> r = RunBatch(std::span<const RunItem>(&item, 1), all_logits);
+  return std::move(r[0]);
+}
 
+std::vector<ForwardResult> LlamaModel::RunBatch(std::span<const RunItem> items,
+                                                bool all_logits) const {
+  const LlamaConfig& c = config_;
+  const size_t m = items.size();
+  std::vector<int> row0(m + 1, 0), first(m);
+  for (size_t i = 0; i < m; ++i) {
+    row0[i + 1] = row0[i] + static_cast<int>(items[i].tokens.size());
+    first[i] = items[i].cache->n_tokens;
+  }
+  const int R = row0[m];
   const int hd = c.head_dim, q_dim = c.n_heads * hd, kv_dim = c.n_kv_heads * hd;
-  RowMatrix x(n, c.d_model);
-  for (int i = 0; i < n; ++i) x.row(i) = w_->embedding.row(tokens[i]);
-  RowMatrix h, q, k, v, attn(n, q_dim), gate, up;
+  RowMatrix x(R, c.d_model);
+  for (size_t i = 0; i < m; ++i) {
+    for (int r = row0[i]; r < row0[i + 1]; ++r) {
+      x.row(r) = w_->embedding.row(items[i].tokens[r - row0[i]]);
+    }
+  }
+  RowMatrix h, q, k, v, attn(R, q_dim), gate, up, qi, ki, vi, ai;
 
   for (int l = 0; l < c.n_layers; ++l) {
     const Weights::Layer& L = w_->layers[l];
+    // Projections and FFN take every sequence's rows at once: one pass over the weights.
     RmsNorm(x, L.attn_norm, c.rms_eps, &h);
     Project(h, L.wq, &q);
     Project(h, L.wk, &k);
     Project(h, L.wv, &v);
-    ApplyRope(&q, c.n_heads, hd, c.rope_dims, c.rope_theta, P);
-    ApplyRope(&k, c.n_kv_heads, hd, c.rope_dims, c.rope_theta, P);
-    attention->Layer(l, q, k, v, &attn);
+    for (size_t i = 0; i < m; ++i) {
+      const int n = row0[i + 1] - row0[i];
+      ApplyRope(&q, row0[i], n, c.n_heads, hd, c.rope_dims, c.rope_theta, first[i]);
+      ApplyRope(&k, row0[i], n, c.n_kv_heads, hd, c.rope_dims, c.rope_theta, first[i]);
+    }
+    if (m == 1) {
+      items[0].attention->Layer(l, q, k, v, &attn);
+    } else {
+      for (size_t i = 0; i < m; ++i) {
+        const int n = row0[i + 1] - row0[i];
+        qi = q.middleRows(row0[i], n);
+        ki = k.middleRows(row0[i], n);
+        vi = v.middleRows(row0[i], n);
+        ai.resize(n, q_dim);
+        items[i].attention->Layer(l, qi, ki, vi, &ai);
+        attn.middleRows(row0[i], n) = ai;
+      }
+    }
     MatMulT(attn, L.wo, x, true);
 
     RmsNorm(x, L.ffn_norm, c.rms_eps, &h);
@@ -653,24 +731,48 @@ ForwardResult LlamaModel::Run(std::span<const int32_t> tokens, KvCache* cache, i
     gate = (gate.array() / (1.0f + (-gate.array()).exp()) * up.array()).matrix();  // SiLU(g)*u
     MatMulT(gate, L.w_down, x, true);
 
-    if (append_rows > 0) {
-      const size_t at = static_cast<size_t>(P) * kv_dim;
-      cache->k[l].resize(at + static_cast<size_t>(append_rows) * kv_dim);
-      cache->v[l].resize(at + static_cast<size_t>(append_rows) * kv_dim);
-      Eigen::Map<RowMatrix>(cache->k[l].data() + at, append_rows, kv_dim) = k.topRows(append_rows);
-      Eigen::Map<RowMatrix>(cache->v[l].data() + at, append_rows, kv_dim) = v.topRows(append_rows);
+    for (size_t i = 0; i < m; ++i) {
+      const int append = items[i].append_rows;
+      if (append <= 0) continue;
+      KvCache* cache = items[i].cache;
+      const size_t at = static_cast<size_t>(first[i]) * kv_dim;
+      cache->k[l].resize(at + static_cast<size_t>(append) * kv_dim);
+      cache->v[l].resize(at + static_cast<size_t>(append) * kv_dim);
+      Eigen::Map<RowMatrix>(cache->k[l].data() + at, append, kv_dim) = k.middleRows(row0[i], append);
+      Eigen::Map<RowMatrix>(cache->v[l].data() + at, append, kv_dim) = v.middleRows(row0[i], append);
     }
   }
-  if (append_rows > 0) cache->n_tokens = P + append_rows;
+  for (size_t i = 0; i < m; ++i) {
+    if (items[i].append_rows > 0) items[i].cache->n_tokens = first[i] + items[i].append_rows;
+  }
 
   RowMatrix hn;
   RmsNorm(x, w_->output_norm, c.rms_eps, &hn);
-  result.hidden.assign(hn.data(), hn.data() + hn.size());
-  result.logits_rows = all_logits ? n : 1;
-  result.logits.resize(static_cast<size_t>(result.logits_rows) * c.vocab_size);
-  Eigen::Map<RowMatrix> logits(result.logits.data(), result.logits_rows, c.vocab_size);
-  MatMulT(hn.bottomRows(result.logits_rows), w_->Output(), logits, false);
-  return result;
+  // The rows that get logits (all, or each sequence's last), in one product with the output
+  // matrix (vocab x d_model: the largest single weight).
+  std::vector<int> logit_rows;
+  for (size_t i = 0; i < m; ++i) {
+    for (int r = all_logits ? row0[i] : row0[i + 1] - 1; r < row0[i + 1]; ++r) logit_rows.push_back(r);
+  }
+  RowMatrix picked(static_cast<Eigen::Index>(logit_rows.size()), c.d_model);
+  for (size_t j = 0; j < logit_rows.size(); ++j) picked.row(j) = hn.row(logit_rows[j]);
+  RowMatrix logits(picked.rows(), c.vocab_size);
+  MatMulT(picked, w_->Output(), logits, false);
+
+  std::vector<ForwardResult> out(m);
+  int next = 0;
+  for (size_t i = 0; i < m; ++i) {
+    ForwardResult& r = out[i];
+    const int n = row0[i + 1] - row0[i];
+    r.n_new = n;
+    r.first_position = first[i];
+    r.hidden.assign(hn.row(row0[i]).data(), hn.row(row0[i]).data() + static_cast<size_t>(n) * c.d_model);
+    r.logits_rows = all_logits ? n : 1;
+    r.logits.assign(logits.row(next).data(),
+                    logits.row(next).data() + static_cast<size_t>(r.logits_rows) * c.vocab_size);
+    next += r.logits_rows;
+  }
+  return out;
 }
 
 std::vector<double> LlamaModel::NextTokenLogProbs(const ForwardResult& result,

@@ -218,6 +218,20 @@ class LlamaModel {
                               const LowBitAttention& attention,
                               LowBitAttentionResult* out) const;
 
+  // Several sequences' forwards in one pass over the weights (their rows share every
+  // projection and FFN product; attention stays per sequence): the result of each item is
+  // what Forward (no selection; `importance` as ForwardOptions::importance) or ForwardLowBit
+  // would return for it alone, logits for every row. Items must use distinct caches.
+  struct BatchForward {
+    std::span<const int32_t> tokens;
+    KvCache* cache = nullptr;
+    int append_rows = 0;                       // first rows whose K/V are appended
+    const LowBitAttention* low_bit = nullptr;  // null: 16-bit attention over the whole cache
+    LowBitAttentionResult* low_bit_out = nullptr;
+    bool importance = false;                   // 16-bit items: fill ForwardResult::importance
+  };
+  std::vector<ForwardResult> ForwardBatch(std::span<const BatchForward> batch) const;
+
   // Forward on an empty cache; returns the cache through `cache`.
   ForwardResult Prefill(std::span<const int32_t> tokens, KvCache* cache,
                         const ForwardOptions& options = {}) const;
@@ -249,6 +263,14 @@ class LlamaModel {
   // appends the first `append_rows` new rows' K/V to `cache`.
   ForwardResult Run(std::span<const int32_t> tokens, KvCache* cache, int append_rows,
                     bool all_logits, Attention* attention) const;
+  struct RunItem {
+    std::span<const int32_t> tokens;
+    KvCache* cache;
+    int append_rows;
+    Attention* attention;
+  };
+  // Run for several sequences, their rows stacked in every product (RunItem order).
+  std::vector<ForwardResult> RunBatch(std::span<const RunItem> items, bool all_logits) const;
 
   std::string path_;
   LlamaConfig config_;

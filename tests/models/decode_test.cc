@@ -3,7 +3,8 @@
 // and the 16-bit sets every step read, for each method, 1 and 2 bits, original and improved
 // 1-bit quantization. Plus properties that need no reference: with k covering every low-bit
 // position SpeCache is the 16-bit cache, the speculative token's set is the next step's fetch,
-// pre-decoding runs once and appends nothing, and the hit rate of a complete set is 1.
+// pre-decoding runs once and appends nothing, and the hit rate of a complete set is 1; and a
+// batched step (Decoder::StepBatch) is, decoder by decoder, the unbatched step.
 
 #include "models/decode.h"
 
@@ -12,6 +13,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <set>
 
@@ -98,7 +100,9 @@ class DecodeTest : public ::testing::Test {
       const std::span<const float> logits = d.Step(outputs[t]);
       EXPECT_LT(RelErr(logits, ref.logits[t]), kTol);
       EXPECT_EQ(d.cache().n_tokens, static_cast<int>(prompt.size() + t + 1));
-      if (r.method == "specache") EXPECT_EQ(d.speculative_token(), ref.speculative[t]);
+      if (r.method == "specache") {
+        EXPECT_EQ(d.speculative_token(), ref.speculative[t]);
+      }
       const PositionSets& got = d.last().fetched;
       if (r.method == "full" || r.method == "kivi") {
         EXPECT_TRUE(got.empty());
@@ -228,6 +232,88 @@ TEST_F(DecodeTest, SpeculativeSetIsNextStepsFetchAndPreDecodingRunsOnce) {
     EXPECT_GE(hit, 0.0);
     EXPECT_LE(hit, oracle + 1e-9);  // no k-set covers more than the exact top-k
   }
+}
+
+TEST_F(DecodeTest, BatchedStepsAreTheUnbatchedSteps) {
+  // Decoder::StepBatch stacks several sequences' rows in every projection and FFN product:
+  // each decoder must see, token by token, what Step alone gives it -- logits, the sets it
+  // read and picked, the speculative token, its cache -- whatever the batch mixes: methods,
+  // prompt lengths, and SpeCache's pre-decoding for some members only (one joins late).
+  struct Member {
+    DecodeOptions o;
+    int prompt;
+    int joins;  // the step the member joins the batch at
+  };
+  const auto opts = [](DecodeMethod m, int bits, int k) {
+    DecodeOptions o;
+    o.method = m;
+    o.quant.bits = bits;
+    o.quant.group = 4;
+    o.quant.residual = 8;
+    o.k = k;
+    o.measure = true;
+    o.keep_exact_scores = true;
+    return o;
+  };
+  const std::vector<Member> members = {
+      {opts(DecodeMethod::kFull, 2, 4), 37, 0},
+      {opts(DecodeMethod::kKivi, 1, 4), 21, 0},
+      {opts(DecodeMethod::kSpeCache, 2, 5), 40, 0},
+      {opts(DecodeMethod::kSpeCacheNoSpec, 2, 3), 29, 0},
+      {opts(DecodeMethod::kSpeCache, 1, 6), 33, 3},  // pre-decodes while the others step
+  };
+  const int steps = 9;
+  std::vector<std::unique_ptr<Decoder>> alone, batched;
+  std::vector<std::vector<int32_t>> outputs;
+  for (size_t i = 0; i < members.size(); ++i) {
+    KvCache cache;
+    model_->Prefill(Tokens(members[i].prompt, 100 + i), &cache);
+    alone.push_back(std::make_unique<Decoder>(*model_, cache, members[i].o));
+    batched.push_back(std::make_unique<Decoder>(*model_, cache, members[i].o));
+    outputs.push_back(Tokens(steps, 200 + i));
+  }
+  for (int t = 0; t < steps; ++t) {
+    SCOPED_TRACE("step " + std::to_string(t));
+    std::vector<Decoder*> batch;
+    std::vector<int32_t> tokens;
+    std::vector<size_t> who;
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (t < members[i].joins) continue;
+      batch.push_back(batched[i].get());
+      tokens.push_back(outputs[i][t - members[i].joins]);
+      who.push_back(i);
+    }
+    Decoder::StepBatch(batch, tokens);
+    for (size_t j = 0; j < who.size(); ++j) {
+      const size_t i = who[j];
+      SCOPED_TRACE("member " + std::to_string(i) + " " + DecodeMethodName(members[i].o.method));
+      Decoder& a = *alone[i];
+      const Decoder& b = *batched[i];
+      const std::span<const float> want = a.Step(tokens[j]);
+      const std::vector<double> w(want.begin(), want.end());
+      EXPECT_LT(RelErr(b.logits(), w), 1e-5);
+      EXPECT_EQ(b.cache().n_tokens, a.cache().n_tokens);
+      EXPECT_EQ(b.speculative_token(), a.speculative_token());
+      EXPECT_EQ(b.last().context, a.last().context);
+      EXPECT_EQ(b.last().low_bit, a.last().low_bit);
+      EXPECT_EQ(b.last().forwards, a.last().forwards);
+      EXPECT_EQ(b.last().fetched, a.last().fetched);
+      EXPECT_EQ(b.last().exact, a.last().exact);
+      ASSERT_EQ(b.last().exact_scores.size(), a.last().exact_scores.size());
+      EXPECT_NEAR(b.last().mass.hit_share, a.last().mass.hit_share, 1e-4);
+      EXPECT_NEAR(b.last().mass.oracle_share, a.last().mass.oracle_share, 1e-4);
+      EXPECT_EQ(b.last().mass.shares, a.last().mass.shares);
+      for (int l = 0; l < model_->config().n_layers; ++l) {
+        ASSERT_EQ(b.cache().k[l].size(), a.cache().k[l].size());
+        for (size_t x = 0; x < a.cache().k[l].size(); ++x) {
+          ASSERT_NEAR(b.cache().k[l][x], a.cache().k[l][x], 1e-4) << "layer " << l;
+          ASSERT_NEAR(b.cache().v[l][x], a.cache().v[l][x], 1e-4) << "layer " << l;
+        }
+      }
+    }
+  }
+  // A member that joined late pre-decoded on its first batched step only.
+  EXPECT_EQ(batched[4]->cache().n_tokens, members[4].prompt + steps - members[4].joins);
 }
 
 TEST_F(DecodeTest, GpuKvBytes) {
