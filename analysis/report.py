@@ -271,7 +271,7 @@ ORDER BY v.stage, series""",
        a.selector || CASE WHEN a.alpha IS NULL THEN '' ELSE ' α=' || a.alpha END AS series,
        a.retention, a.accuracy
 FROM accuracy a JOIN runs r USING (run_id)
-WHERE a.run_id IN {runs}
+WHERE a.run_id IN {runs} AND a.task NOT IN ('texts', 'greedy', 'niah')
 ORDER BY panel, series, a.retention""",
         plot="lines",
         params=dict(panel="panel", x="retention", y="accuracy", series="series",
@@ -312,7 +312,16 @@ FROM run_summary s WHERE s.run_id IN {runs} ORDER BY s.run_id"""),
          sql="""SELECT a.run_id, a.task, a.selector, a.alpha, a.retention, a.items,
        round(a.accuracy, 4) AS accuracy, round(a.first_token_agreement, 4) AS first_token_agreement
 FROM accuracy a JOIN runs r USING (run_id) WHERE a.run_id IN {runs}
+  AND a.task NOT IN ('texts', 'greedy', 'niah')
 ORDER BY a.run_id, a.task, a.selector, a.alpha, a.retention"""),
+    dict(id="decode_accuracy", title="Decode accuracy against the 16-bit cache (kvtier eval "
+         "--tasks decode)", needs=("accuracy", "runs"),
+         sql="""SELECT a.run_id, a.task, a.selector, a.kv_bits, a.kv_group, a.kv_residual, a.kv_quant,
+       a.topk, a.items, round(a.accuracy, 4) AS accuracy, round(a.perplexity, 3) AS perplexity,
+       round(a.token_agreement, 4) AS token_agreement, round(a.hit_rate, 4) AS hit_rate,
+       round(a.oracle_hit_rate, 4) AS oracle_hit_rate, round(a.kv_size_ratio, 4) AS kv_size_ratio
+FROM accuracy a JOIN runs r USING (run_id) WHERE a.run_id IN {runs} AND a.kv_bits IS NOT NULL
+ORDER BY a.run_id, a.task, a.kv_bits DESC, a.selector, a.kv_quant, a.topk"""),
 ]
 
 

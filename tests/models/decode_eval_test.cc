@@ -83,8 +83,12 @@ TEST_F(DecodeEvalTest, SamplesAreCutAsDocumented) {
     const auto at = std::search(n.prompt.begin(), n.prompt.end(), needle.begin(), needle.end());
     ASSERT_NE(at, n.prompt.end()) << n.name;
     const size_t pos = at - n.prompt.begin();
-    if (i == 0) EXPECT_EQ(pos, 0u);                                            // depth 0
-    if (i == 2) EXPECT_EQ(pos + needle.size() + question.size(), 200u);        // depth 1
+    if (i == 0) {
+      EXPECT_EQ(pos, 0u);  // depth 0
+    }
+    if (i == 2) {
+      EXPECT_EQ(pos + needle.size() + question.size(), 200u);  // depth 1
+    }
     if (i == 1) {  // after a sentence end (the text's lines end ".\n", unwrapped to ". ")
       EXPECT_EQ(model_->tokenizer()->Decode(std::span(n.prompt).subspan(pos - 1, 1)), ".");
     }
