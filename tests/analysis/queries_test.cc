@@ -1,7 +1,8 @@
 // The reports of analysis/queries.h on a results file written through ResultsDb and its run
 // log, with every expected number derived by hand from the rows written: run_summary's
 // statistics over measured requests of complete runs, the simulator's TTFT error against the
-// hardware (nearest-rank percentiles), the stage busy times, and the accuracy rows of eval.
+// hardware (nearest-rank percentiles), the stage busy times, and the accuracy rows of eval
+// (multiple choice and decode).
 
 #include "analysis/queries.h"
 
@@ -227,6 +228,55 @@ TEST_F(QueriesTest, AccuracyRowsAreInsertedAllOrNone) {
   rows = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
   sqlite3_finalize(st);
   EXPECT_EQ(rows, "full:null:1.0:13:null itf:0.6:0.25:12:0.1") << "the failed insert added none";
+}
+
+TEST_F(QueriesTest, DecodeAccuracyRowsCarryTheirColumns) {
+  ResultsDb db(path_);
+  RequireDecodeSelectors(&db);  // a file made by this version takes decode rows
+  RunInfo info;
+  info.mode = "eval";
+  const long long run = db.BeginRun(info);
+  AccuracyRecord full;  // the 16-bit cache: bits only
+  full.task = "texts";
+  full.selector = "full";
+  full.items = 96;
+  full.correct = 46;
+  full.accuracy = 0.5;
+  full.first_token_agreement = 1;
+  full.mean_kept_fraction = 1;
+  full.kv_bits = 16;
+  full.perplexity = 21.5;
+  full.token_agreement = 1;
+  full.kv_size_ratio = 1;
+  AccuracyRecord spec = full;
+  spec.selector = "specache";
+  spec.kv_bits = 1;
+  spec.kv_group = 32;
+  spec.kv_residual = 64;
+  spec.kv_quant = "improved";
+  spec.topk = 64;
+  spec.perplexity = 25.5;
+  spec.token_agreement = 0.75;
+  spec.hit_rate = 0.825;
+  spec.oracle_hit_rate = 0.875;
+  spec.kv_size_ratio = 0.25;
+  InsertAccuracy(&db, run, {full, spec});
+
+  db.Exec(
+      "CREATE TEMP TABLE seen AS SELECT group_concat(selector || ':' || kv_bits || ':' || "
+      "ifnull(kv_group, 'null') || ':' || ifnull(kv_residual, 'null') || ':' || "
+      "ifnull(kv_quant, 'null') || ':' || ifnull(topk, 'null') || ':' || perplexity || ':' || "
+      "token_agreement || ':' || ifnull(hit_rate, 'null') || ':' || "
+      "ifnull(oracle_hit_rate, 'null') || ':' || kv_size_ratio || ':' || ifnull(alpha, 'null'), "
+      "' ') AS r FROM (SELECT * FROM accuracy ORDER BY selector)");
+  sqlite3_stmt* st = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db.handle(), "SELECT r FROM seen", -1, &st, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  const std::string rows = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+  sqlite3_finalize(st);
+  EXPECT_EQ(rows,
+            "full:16:null:null:null:null:21.5:1.0:null:null:1.0:null "
+            "specache:1:32:64:improved:64:25.5:0.75:0.825:0.875:0.25:null");
 }
 
 TEST_F(QueriesTest, AMissingFileIsAnInputErrorNamingIt) {
