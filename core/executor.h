@@ -30,15 +30,23 @@
 //   - Wait returns an op's status, Retire returns it again with the times, so the failure of
 //     an op nobody waits for (a background store, promotion, repack) is seen when it is
 //     retired.
-// A failure does not stop the executor: unrelated operations run on. What to do about a
-// failure is the caller's decision (the Pipeline fails the request and the run).
+// A failure does not stop the executor: unrelated operations run on, and later submissions
+// are served as usual (one that names a failed op in `after` completes at once, aborted). What
+// to do about a failure is the caller's decision (the Pipeline fails the request and the run).
+// Retiring after an error: every op is still retired exactly once, failed and aborted ones
+// included; an executor keeps a failed op's status until then, and retiring it changes nothing
+// for its dependents (they completed, aborted, when it failed). IdleUntil and Drain never
+// report failures: what completes meanwhile is seen through Wait and Retire.
 //
 // Thread safety: an Executor is driven by one Pipeline from one thread (or one SimGrid actor).
+// ExecutorWrapper (below) forwards every call to another Executor, so a test can override one
+// method: inject a failure, trace the calls.
 
 #include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -164,13 +172,55 @@ class Executor {
   virtual bool Done(OpId op) = 0;
 
   // Returns the timestamps and status of a completed op and forgets it; each op is retired
-  // exactly once. REQUIRES: Done(op).
+  // exactly once, whatever its status. REQUIRES: Done(op).
   virtual OpTimes Retire(OpId op) = 0;
+
+  // Lets executor time pass until `t` (a request's arrival) while submitted operations
+  // proceed; returns at once when Now() >= t already. On return Now() >= t. Operations that
+  // complete meanwhile, failed ones included, stay to be retired.
+  virtual void IdleUntil(Seconds t) = 0;
+
+  // Blocks until every operation submitted so far has completed, successfully or not (an op
+  // aborted after a failure completes too, so Drain never waits for an op that will not run).
+  // Retires nothing and reports nothing: the caller retires each op and sees its status then.
+  // (The simulator with several driving actors: until nothing is in flight, which may be a
+  // pause between other actors' requests.)
+  virtual void Drain() = 0;
 
   // Residency changes decided by the caches, so executors that hold real bytes can free or
   // keep buffers. `tier` is kGpu or kCpu. Simulated executors ignore them.
   virtual void OnResident(Tier tier, ChunkId chunk) {}
   virtual void OnEvicted(Tier tier, ChunkId chunk) {}
+};
+
+// An Executor that forwards every call to `target` (LevelDB's EnvWrapper): derive from it and
+// override the one method a test or a decorator changes -- fail a chosen operation (fault
+// injection), trace or time the calls -- and everything else behaves as the target does. The
+// target is not owned and must outlive the wrapper. A wrapper that changes what an op reports
+// keeps the contract above itself (e.g. an op it fails: its dependents report Aborted).
+class ExecutorWrapper : public Executor {
+ public:
+  explicit ExecutorWrapper(Executor* target) : target_(target) {}
+  Executor* target() const { return target_; }
+
+  Seconds Now() override { return target_->Now(); }
+  OpId Submit(TransferOp op, std::span<const OpId> after) override {
+    return target_->Submit(std::move(op), after);
+  }
+  OpId Submit(ComputeOp op, std::span<const OpId> after) override {
+    return target_->Submit(std::move(op), after);
+  }
+  Status Wait(OpId op) override { return target_->Wait(op); }
+  std::size_t WaitAny(std::span<const OpId> ops) override { return target_->WaitAny(ops); }
+  bool Done(OpId op) override { return target_->Done(op); }
+  OpTimes Retire(OpId op) override { return target_->Retire(op); }
+  void IdleUntil(Seconds t) override { target_->IdleUntil(t); }
+  void Drain() override { target_->Drain(); }
+  void OnResident(Tier tier, ChunkId chunk) override { target_->OnResident(tier, chunk); }
+  void OnEvicted(Tier tier, ChunkId chunk) override { target_->OnEvicted(tier, chunk); }
+
+ private:
+  Executor* target_;
 };
 
 }  // namespace kvtier

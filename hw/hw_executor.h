@@ -135,9 +135,8 @@ class HwExecutor : public Executor {
   // Restarts the clock at 0 (after setup and prewarm: times are since the run started).
   void ResetClock();
   // Sleeps until Now() >= t (a request's arrival), letting background work proceed.
-  void IdleUntil(Seconds t);
-  // Waits until every submitted op has completed.
-  void Drain();
+  void IdleUntil(Seconds t) override;
+  void Drain() override;
 
   HwExecutorStats stats() const;
   DeviceBackend backend() const;          // kHost or kCuda (auto resolved)

@@ -77,12 +77,12 @@ class SimExecutor : public Executor {
   bool Done(OpId op) override;
   OpTimes Retire(OpId op) override;
 
-  // Lets simulated time pass until `t` (a request's arrival) while background work (and the
-  // other actors' requests) proceed.
-  void IdleUntil(Seconds t);
-  // Waits until every submitted op has completed (with several actors: until nothing is in
-  // flight, which may be a pause between other actors' requests).
-  void Drain();
+  // Simulated time passes until `t` while background work (and the other actors' requests)
+  // proceed.
+  void IdleUntil(Seconds t) override;
+  // With several actors: until nothing is in flight, which may be a pause between other
+  // actors' requests.
+  void Drain() override;
 
   std::uint64_t activities_started() const { return activities_; }
   // What times compute ops (the roofline, or the measured table).

@@ -192,36 +192,42 @@ struct TimedScores : ScoreSource {
   }
 };
 
-struct TimedExecutor : Executor {
-  sim::SimExecutor* inner = nullptr;
+// Every Executor call, timed; ExecutorWrapper forwards the rest (OnResident, OnEvicted, Now).
+struct TimedExecutor : ExecutorWrapper {
+  explicit TimedExecutor(Executor* inner) : ExecutorWrapper(inner) {}
   double seconds = 0;
-  Seconds Now() override { return inner->Now(); }
   OpId Submit(TransferOp op, std::span<const OpId> after) override {
     ScopedTimer t(&seconds);
-    return inner->Submit(std::move(op), after);
+    return ExecutorWrapper::Submit(std::move(op), after);
   }
   OpId Submit(ComputeOp op, std::span<const OpId> after) override {
     ScopedTimer t(&seconds);
-    return inner->Submit(std::move(op), after);
+    return ExecutorWrapper::Submit(op, after);
   }
   Status Wait(OpId op) override {
     ScopedTimer t(&seconds);
-    return inner->Wait(op);
+    return ExecutorWrapper::Wait(op);
   }
   std::size_t WaitAny(std::span<const OpId> ops) override {
     ScopedTimer t(&seconds);
-    return inner->WaitAny(ops);
+    return ExecutorWrapper::WaitAny(ops);
   }
   bool Done(OpId op) override {
     ScopedTimer t(&seconds);
-    return inner->Done(op);
+    return ExecutorWrapper::Done(op);
   }
   OpTimes Retire(OpId op) override {
     ScopedTimer t(&seconds);
-    return inner->Retire(op);
+    return ExecutorWrapper::Retire(op);
   }
-  void OnResident(Tier tier, ChunkId chunk) override { inner->OnResident(tier, chunk); }
-  void OnEvicted(Tier tier, ChunkId chunk) override { inner->OnEvicted(tier, chunk); }
+  void IdleUntil(Seconds t) override {
+    ScopedTimer timer(&seconds);
+    ExecutorWrapper::IdleUntil(t);
+  }
+  void Drain() override {
+    ScopedTimer t(&seconds);
+    ExecutorWrapper::Drain();
+  }
 };
 
 // What one child reports to the parent (plain bytes through a pipe).
@@ -306,8 +312,7 @@ Result RunSystem(const BenchOptions& bo, const std::string& system, MemoRun memo
   log.inner = db_log.get();
 
   sim::SimExecutor executor(opts.model, opts.hardware);
-  TimedExecutor timed_exec;
-  timed_exec.inner = &executor;
+  TimedExecutor timed_exec(&executor);
   TraceScoreSource trace_scores(header, opts.model);
   std::unique_ptr<SelectionMemo> memo;
   if (memo_run != MemoRun::kNone && opts.system.itf) {
@@ -353,10 +358,7 @@ Result RunSystem(const BenchOptions& bo, const std::string& system, MemoRun memo
     TraceRecord rec;
     long long done = 0;
     while (done < bo.requests && reader.Next(&rec)) {
-      if (rec.request.arrival_s > executor.Now()) {
-        ScopedTimer t(&timed_exec.seconds);
-        executor.IdleUntil(rec.request.arrival_s);
-      }
+      if (rec.request.arrival_s > executor.Now()) timed_exec.IdleUntil(rec.request.arrival_s);
       const RequestId id = rec.request.id;
       Request request = rec.request;
       trace_scores.Add(std::move(rec));
@@ -366,10 +368,7 @@ Result RunSystem(const BenchOptions& bo, const std::string& system, MemoRun memo
       ++done;
     }
     if (Status st = pipeline.Finish(); !st.ok()) throw std::runtime_error(st.ToString());
-    {
-      ScopedTimer t(&timed_exec.seconds);
-      executor.Drain();
-    }
+    timed_exec.Drain();
     if (memo) {
       ScopedTimer t(&scores.itf_seconds);
       memo->Finish();

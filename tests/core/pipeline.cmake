@@ -6,3 +6,7 @@ kvtier_add_test(NAME pipeline_failure_test SOURCES pipeline_failure_test.cc LIBS
 target_compile_definitions(pipeline_failure_test PRIVATE
                            KVTIER_TEST_SOURCE_DIR="${PROJECT_SOURCE_DIR}")  # configs/systems
 kvtier_add_test(NAME reorderer_test SOURCES reorderer_test.cc LIBS kvtier_core LABELS unit)
+kvtier_add_test(NAME executor_wrapper_test SOURCES executor_wrapper_test.cc LIBS kvtier_testutil
+                LABELS unit contract)
+target_compile_definitions(executor_wrapper_test PRIVATE
+                           KVTIER_TEST_SOURCE_DIR="${PROJECT_SOURCE_DIR}")  # configs/systems

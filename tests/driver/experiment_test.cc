@@ -58,7 +58,7 @@ class FakeBackend : public ExperimentBackend {
     while (next(&item)) {
       EXPECT_GE(item.request.arrival_s, last_arrival) << "arrival order";
       last_arrival = item.request.arrival_s;
-      executor_.AdvanceTo(item.request.arrival_s);
+      executor_.IdleUntil(item.request.arrival_s);
       served.push_back({item.request.id, item.warmup});
       const Status st = pipeline.Run(item.request, item.warmup);
       ++out.requests;

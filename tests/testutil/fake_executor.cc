@@ -133,4 +133,8 @@ OpTimes FakeExecutor::Retire(OpId op) {
   return t;
 }
 
+void FakeExecutor::Drain() {
+  for (const auto& [id, live] : live_) now_ = std::max(now_, live.times.end_s);
+}
+
 }  // namespace kvtier::testing

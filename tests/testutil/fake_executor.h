@@ -5,7 +5,8 @@
 // dependencies, its resource's free time) and lasts
 //   transfers: ios * latency + bytes / bandwidth (per resource);
 //   compute:   options.compute(op) (default: options.compute_s).
-// Times are computed at submission, so Wait/WaitAny only advance the clock. Deterministic.
+// Times are computed at submission, so Wait, WaitAny, IdleUntil and Drain only advance the
+// clock. Deterministic.
 //
 // Failures can be scripted (FakeFailure): the chosen operations run for their duration and
 // then fail with the scripted status (a transfer's message names its first chunk, as hw's
@@ -14,6 +15,7 @@
 // not run: it completes at that dependency's end, taking no time on its resource, with
 // AbortedAfter(the failed op, its status).
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 #include <unordered_map>
@@ -63,6 +65,10 @@ class FakeExecutor : public Executor {
   std::size_t WaitAny(std::span<const OpId> ops) override;
   bool Done(OpId op) override;
   OpTimes Retire(OpId op) override;
+  // Moves the clock to `t` (never back).
+  void IdleUntil(Seconds t) override { now_ = std::max(now_, t); }
+  // Moves the clock to the end of the last op submitted and not retired.
+  void Drain() override;
 
   // Every op ever submitted, in submission order (kept after Retire), for assertions.
   struct Submitted {
@@ -73,8 +79,6 @@ class FakeExecutor : public Executor {
     OpTimes times;  // with the status it completed with
   };
   const std::vector<Submitted>& history() const { return history_; }
-  // Lets tests move the clock forward (e.g. to a request's arrival).
-  void AdvanceTo(Seconds t) { now_ = std::max(now_, t); }
 
  private:
   struct Live {
