@@ -7,13 +7,13 @@
 #include <cmath>
 #include <exception>
 #include <cstdint>
-#include <deque>
 #include <optional>
 #include <set>
 #include <span>
 #include <string>
 
 #include "core/check.h"
+#include "core/op_graph.h"
 #include "models/layer_table.h"
 
 namespace sg4 = simgrid::s4u;
@@ -31,40 +31,25 @@ struct SimExecutor::Impl {
   sg4::Host* gpu = nullptr;
   sg4::Host* dispatch = nullptr;  // runs per-op overhead delays; never a bottleneck
 
-  enum class State { kPending, kRunning, kDone };
+  // What an op is; the graph (below) keeps its dependencies and how it ended.
   struct Op {
-    State state = State::kPending;
     bool is_transfer = false;
     bool background = false;  // store/reorder SSD traffic: capped at ssd.background_share
     bool in_overhead = false;  // running the cpu.op_overhead delay that precedes the transfer
     TransferKind kind = TransferKind::kSsdRead;
     double amount = 0;  // payload bytes (transfers, latency included) or flops (execs)
-    int pending = 0;
-    std::vector<OpId> dependents;
-    OpTimes times;
+    Seconds submit_s = 0, start_s = 0, end_s = 0;
     sg4::ActivityPtr act;  // maestro mode: the running activity (its data is this op's id)
-    bool retired = false;
   };
-  // Ops by id: ids are handed out in order, so op `id` is ops[id - first_op]; retired ops at
-  // the front are popped (background ops retire late, so a few retired ones may wait behind
-  // them). Replaced an unordered_map<OpId, Op>: a node allocation and hash lookups per op.
-  // A deque never moves its elements, so references stay good while ops are added.
-  std::deque<Op> ops;
-  OpId first_op = 1;
-  Op* Find(OpId id) {
-    if (id < first_op || id - first_op >= ops.size()) return nullptr;
-    Op& op = ops[id - first_op];
-    return op.retired ? nullptr : &op;
-  }
-  Op& At(OpId id) {
-    Op* op = Find(id);
-    KVTIER_CHECK(op != nullptr, "SimExecutor: unknown or retired op");
-    return *op;
-  }
-  const Op& At(OpId id) const { return const_cast<Impl*>(this)->At(id); }
+  // The operation graph (core/op_graph.h, shared with HwExecutor): ids, pending dependencies,
+  // dependents, completion. Ops live in a deque indexed by id (retired ones at the front are
+  // popped), not a hash map: a node allocation and hash lookups per op were visible in
+  // sim_bench's spec profile. Nothing fails in the simulator, so nothing is ever aborted.
+  OpGraph<Op> graph;
+  Op& At(OpId id) { return graph.At(id).payload; }
+  bool IsDone(OpId id) const { return graph.Done(id); }
   std::vector<sg4::ActivityPtr> running;  // actor mode: what the pump waits on
   std::vector<OpId> running_ids;
-  OpId next = 1;
   std::uint64_t* activities = nullptr;
 
   // Maestro mode (Run with one driving body, see sim_executor.h). The body runs in maestro;
@@ -184,8 +169,7 @@ void SimExecutor::Impl::BuildPlatform() {
 
 void SimExecutor::Impl::Start(OpId id) {
   Op& op = At(id);
-  op.state = State::kRunning;
-  op.times.start_s = sg4::Engine::get_clock();
+  op.start_s = sg4::Engine::get_clock();
   if (op.amount <= 0) {  // nothing to do: done at once
     Finish(id);
     return;
@@ -229,20 +213,11 @@ void SimExecutor::Impl::StartActivity(OpId id) {
 }
 
 OpId SimExecutor::Impl::Add(Op rec, std::span<const OpId> after) {
-  const OpId id = next++;
-  rec.times.submit_s = sg4::Engine::get_clock();
-  ops.push_back(std::move(rec));
-  Op& r = ops.back();
-  for (OpId dep : after) {
-    Op* d = Find(dep);
-    KVTIER_CHECK(d != nullptr, "SimExecutor: dependency unknown or retired");
-    if (d->state != State::kDone) {
-      d->dependents.push_back(id);
-      ++r.pending;
-    }
-  }
-  if (r.pending == 0) Start(id);
-  return id;
+  rec.submit_s = sg4::Engine::get_clock();
+  const auto added = graph.Add(std::move(rec), after);
+  KVTIER_DCHECK(added.next != OpGraph<Op>::Next::kAbort, "SimExecutor: an op failed");
+  if (added.next == OpGraph<Op>::Next::kStart) Start(added.id);
+  return added.id;
 }
 
 void SimExecutor::Impl::Launch(OpId id, sg4::ActivityPtr act) {
@@ -279,10 +254,10 @@ void SimExecutor::Impl::OnCompletion(const sg4::Activity& activity) {
 bool SimExecutor::Impl::MaestroWaitSatisfied() const {
   switch (wait_kind) {
     case WaitKind::kNone: return false;
-    case WaitKind::kOp: return At(awaited).state == State::kDone;
+    case WaitKind::kOp: return IsDone(awaited);
     case WaitKind::kAny:
       for (OpId o : awaited_any) {
-        if (At(o).state == State::kDone) return true;
+        if (IsDone(o)) return true;
       }
       return false;
   }
@@ -308,14 +283,8 @@ void SimExecutor::Impl::RunEngine(double until) {
 }
 
 void SimExecutor::Impl::Finish(OpId id) {
-  Op& op = At(id);
-  op.state = State::kDone;
-  op.times.end_s = sg4::Engine::get_clock();
-  std::vector<OpId> dependents = std::move(op.dependents);
-  for (OpId d : dependents) {
-    Op& dep = At(d);
-    if (--dep.pending == 0) Start(d);
-  }
+  At(id).end_s = sg4::Engine::get_clock();
+  graph.Complete(id, [this](OpId d) { Start(d); });
 }
 
 void SimExecutor::Impl::Complete(std::size_t i) {
@@ -343,10 +312,10 @@ void SimExecutor::Impl::PumpOne() {
 bool SimExecutor::Impl::Satisfied(Waiter& w) {
   switch (w.kind) {
     case Waiter::Kind::kStart: return true;
-    case Waiter::Kind::kOp: return At(w.op).state == State::kDone;
+    case Waiter::Kind::kOp: return IsDone(w.op);
     case Waiter::Kind::kAny:
       for (std::size_t i = 0; i < w.any.size(); ++i) {
-        if (At(w.any[i]).state == State::kDone) {
+        if (IsDone(w.any[i])) {
           w.any_index = i;
           return true;
         }
@@ -561,7 +530,7 @@ Status SimExecutor::Wait(OpId op) {
   if (impl_->multi()) {
     // A completed op: no wait, no hand-over (the contract; the Pipeline asks for the status
     // of the op WaitAny found done).
-    if (impl_->At(op).state == Impl::State::kDone) return Status::OK();
+    if (impl_->IsDone(op)) return Status::OK();
     Impl::Waiter& me = *impl_->holder;
     me.kind = Impl::Waiter::Kind::kOp;
     me.op = op;
@@ -570,7 +539,7 @@ Status SimExecutor::Wait(OpId op) {
   }
   KVTIER_CHECK(impl_->maestro, "SimExecutor: Wait outside Run");
   impl_->graveyard.clear();
-  if (impl_->At(op).state == Impl::State::kDone) return Status::OK();
+  if (impl_->IsDone(op)) return Status::OK();
   impl_->wait_kind = Impl::WaitKind::kOp;
   impl_->awaited = op;
   impl_->RunEngineForWait();
@@ -592,7 +561,7 @@ std::size_t SimExecutor::WaitAny(std::span<const OpId> ops) {
   impl_->awaited_any = ops;
   impl_->RunEngineForWait();
   for (std::size_t i = 0; i < ops.size(); ++i) {
-    if (impl_->At(ops[i]).state == Impl::State::kDone) return i;
+    if (impl_->IsDone(ops[i])) return i;
   }
   KVTIER_CHECK(false, "SimExecutor: WaitAny returned with nothing done");
   return 0;
@@ -600,7 +569,7 @@ std::size_t SimExecutor::WaitAny(std::span<const OpId> ops) {
 
 bool SimExecutor::Done(OpId op) {
   // Maestro mode: every completion up to now went through the callback.
-  if (impl_->maestro) return impl_->At(op).state == Impl::State::kDone;
+  if (impl_->maestro) return impl_->IsDone(op);
   // Observe every activity that has finished by now, so completions at the current instant
   // release their dependents before we answer.
   for (std::size_t i = 0; i < impl_->running.size();) {
@@ -610,19 +579,16 @@ bool SimExecutor::Done(OpId op) {
       ++i;
     }
   }
-  return impl_->At(op).state == Impl::State::kDone;
+  return impl_->IsDone(op);
 }
 
 OpTimes SimExecutor::Retire(OpId op) {
-  Impl::Op* o = impl_->Find(op);
-  KVTIER_CHECK(o != nullptr && o->state == Impl::State::kDone, "SimExecutor: Retire before done");
-  const OpTimes t = o->times;
-  o->retired = true;
-  o->dependents = {};
-  while (!impl_->ops.empty() && impl_->ops.front().retired) {
-    impl_->ops.pop_front();
-    ++impl_->first_op;
-  }
+  const Impl::Op& o = impl_->At(op);
+  OpTimes t;
+  t.submit_s = o.submit_s;
+  t.start_s = o.start_s;
+  t.end_s = o.end_s;
+  impl_->graph.Retire(op);  // checks that it is done; every status is OK
   return t;
 }
 
