@@ -61,7 +61,8 @@ class OpGraph {
   struct Added {
     OpId id = kNoOp;
     Next next = Next::kWait;
-    const Status* abort = nullptr;  // kAbort: the status to fail it with (valid until the next call)
+    // kAbort: the status to fail it with (valid until the next call).
+    const Status* abort = nullptr;
   };
 
   // Adds an op that runs once every op of `after` has completed; kNoOp entries are ignored.

@@ -9,10 +9,6 @@
 #include "core/check.h"
 #include "hw/posix_util.h"
 
-#if KVTIER_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 namespace kvtier::hw {
 namespace {
 
@@ -83,26 +79,18 @@ Status HostArena::Create(const HostArenaOptions& o, std::unique_ptr<HostArena>* 
     return Status::OutOfSpace("host arena: mmap " + std::to_string(bytes) +
                               " bytes: " + ErrnoText(errno));
   }
-  std::unique_ptr<HostArena> arena(new HostArena(base, bytes, slot_bytes, o.slot_count, huge));
-#if KVTIER_HAVE_CUDA
-  if (o.cuda_register && CudaDevicePresent()) {
-    cudaError_t err = cudaHostRegister(base, bytes, cudaHostRegisterPortable);
-    if (err != cudaSuccess) {
-      return Status::CudaError("host arena: cudaHostRegister " + std::to_string(bytes) +
-                               " bytes: " + cudaGetErrorString(err));
-    }
-    arena->cuda_registered_ = true;
-  }
-#endif
-  *out = std::move(arena);
+  out->reset(new HostArena(base, bytes, slot_bytes, o.slot_count, huge));
   return Status::OK();
 }
 
 HostArena::~HostArena() {
-#if KVTIER_HAVE_CUDA
-  if (cuda_registered_) cudaHostUnregister(base_);
-#endif
+  if (unpin_) unpin_(base_);
   ::munmap(base_, size_bytes_);
+}
+
+void HostArena::SetPinned(std::function<void(std::byte*)> unpin) {
+  KVTIER_CHECK(!unpin_, "host arena pinned twice");
+  unpin_ = std::move(unpin);
 }
 
 std::byte* HostArena::slot(uint32_t index) const {
@@ -120,64 +108,47 @@ std::vector<iovec> HostArena::iovecs() const {
 
 // --- DeviceArena --------------------------------------------------------------------------------
 
-DeviceArena::DeviceArena(DeviceBackendKind kind, std::byte* base, uint64_t size,
-                         uint64_t slot_bytes, uint32_t count)
-    : kind_(kind), base_(base), size_bytes_(size), slot_bytes_(slot_bytes), slots_(count) {}
+DeviceArena::DeviceArena(bool on_host, std::byte* base, uint64_t size, uint64_t slot_bytes,
+                         uint32_t count, std::function<void(std::byte*)> release)
+    : on_host_(on_host), base_(base), size_bytes_(size), slot_bytes_(slot_bytes), slots_(count),
+      release_(std::move(release)) {}
 
-Status DeviceArena::Create(DeviceBackendKind kind, uint64_t slot_bytes, uint32_t slot_count,
-                           std::unique_ptr<DeviceArena>* out) {
+Status DeviceArena::CreateOnHost(uint64_t slot_bytes, uint32_t slot_count,
+                                 std::unique_ptr<DeviceArena>* out) {
   if (slot_bytes == 0 || slot_count == 0) {
     return Status::InvalidArgument("device arena: slot_bytes and slot_count must be > 0");
   }
-  slot_bytes = RoundUp(slot_bytes, 256);  // cudaMalloc alignment; keeps slots vector-aligned
+  slot_bytes = SlotStride(slot_bytes);
   const uint64_t bytes = slot_bytes * slot_count;
-  std::byte* base = nullptr;
-  if (kind == DeviceBackendKind::kCuda) {
-#if KVTIER_HAVE_CUDA
-    void* p = nullptr;
-    cudaError_t err = cudaMalloc(&p, bytes);
-    if (err != cudaSuccess) {
-      return Status::CudaError("device arena: cudaMalloc " + std::to_string(bytes) +
-                               " bytes: " + cudaGetErrorString(err));
-    }
-    base = static_cast<std::byte*>(p);
-#else
-    return Status::Unavailable("device arena: kvtier was built without CUDA");
-#endif
-  } else {
-    bool huge = false;
-    base = MapAnonymous(RoundUp(bytes, kPage), /*try_huge=*/false, /*populate=*/true, &huge);
-    if (base == nullptr) {
-      return Status::OutOfSpace("device arena (host backend): mmap " + std::to_string(bytes) +
-                                " bytes: " + ErrnoText(errno));
-    }
+  bool huge = false;
+  std::byte* base =
+      MapAnonymous(RoundUp(bytes, kPage), /*try_huge=*/false, /*populate=*/true, &huge);
+  if (base == nullptr) {
+    return Status::OutOfSpace("device arena (host backend): mmap " + std::to_string(bytes) +
+                              " bytes: " + ErrnoText(errno));
   }
-  out->reset(new DeviceArena(kind, base, bytes, slot_bytes, slot_count));
+  const uint64_t mapped = RoundUp(bytes, kPage);
+  out->reset(new DeviceArena(/*on_host=*/true, base, bytes, slot_bytes, slot_count,
+                             [mapped](std::byte* b) { ::munmap(b, mapped); }));
   return Status::OK();
 }
 
+std::unique_ptr<DeviceArena> DeviceArena::Adopt(std::byte* base, uint64_t slot_bytes,
+                                                uint32_t slot_count,
+                                                std::function<void(std::byte*)> release) {
+  slot_bytes = SlotStride(slot_bytes);
+  return std::unique_ptr<DeviceArena>(new DeviceArena(/*on_host=*/false, base,
+                                                      slot_bytes * slot_count, slot_bytes,
+                                                      slot_count, std::move(release)));
+}
+
 DeviceArena::~DeviceArena() {
-  if (kind_ == DeviceBackendKind::kCuda) {
-#if KVTIER_HAVE_CUDA
-    cudaFree(base_);
-#endif
-  } else {
-    ::munmap(base_, RoundUp(size_bytes_, kPage));
-  }
+  if (release_) release_(base_);
 }
 
 std::byte* DeviceArena::slot(uint32_t index) const {
   KVTIER_DCHECK(index < slots_.slot_count(), "device arena slot out of range");
   return base_ + static_cast<uint64_t>(index) * slot_bytes_;
-}
-
-bool CudaDevicePresent() {
-#if KVTIER_HAVE_CUDA
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-#else
-  return false;
-#endif
 }
 
 }  // namespace kvtier::hw

@@ -4,13 +4,15 @@
 //
 // HostArena: one anonymous mmap (MAP_HUGETLB tried first, then normal pages; MAP_POPULATE so no
 // page fault lands in a timed region), carved into `slot_count` slots of `slot_bytes` (rounded
-// up to 4 KiB, so every slot is O_DIRECT- and io_uring-fixed-buffer-friendly). When kvtier is
-// built with CUDA and a device is present, the whole range is cudaHostRegister'ed (Portable):
-// H2D copies from a slot are then async DMAs. The mmap'ed memory is anonymous, so it can also be
-// registered with io_uring (`iovecs()`, pieces of at most 1 GiB).
+// up to 4 KiB, so every slot is O_DIRECT- and io_uring-fixed-buffer-friendly). A device backend
+// that needs pinned memory pins it (hw/device_backend.h: the cuda backend cudaHostRegister's
+// the whole range, so H2D copies from a slot are async DMAs) and says how to unpin it. The
+// mmap'ed memory is anonymous, so it can also be registered with io_uring (`iovecs()`, pieces
+// of at most 1 GiB).
 //
-// DeviceArena: one allocation carved into slots. The CUDA backend uses one cudaMalloc; the host
-// backend (no GPU, CI) uses a separate host mmap standing in for device memory.
+// DeviceArena: one allocation carved into slots: device memory a device backend allocated
+// (Adopt: one cudaMalloc on cuda), or, on the host backend (no GPU, CI), a separate host
+// mapping standing in for device memory (CreateOnHost).
 //
 // Slot allocation is thread-safe (a mutex-guarded free list); the memory itself is the caller's
 // to synchronise. Capacities come from the caller; nothing is allocated after Create.
@@ -19,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -51,13 +54,11 @@ struct HostArenaOptions {
   uint32_t slot_count = 0;  // REQUIRES: > 0.
   bool try_huge_pages = true;
   bool populate = true;       // MAP_POPULATE: fault every page in at Create.
-  bool cuda_register = true;  // cudaHostRegister when built with CUDA and a device is present.
 };
 
 class HostArena {
  public:
-  // Fails with OutOfSpace when the mapping cannot be made (ENOMEM), CudaError when
-  // cudaHostRegister fails on a present device.
+  // Fails with OutOfSpace when the mapping cannot be made (ENOMEM). Not pinned.
   static Status Create(const HostArenaOptions& options, std::unique_ptr<HostArena>* out);
   ~HostArena();
   HostArena(const HostArena&) = delete;
@@ -69,7 +70,10 @@ class HostArena {
   std::byte* slot(uint32_t index) const;  // REQUIRES: index < slot_count.
   SlotAllocator& slots() { return slots_; }
   bool huge_pages() const { return huge_pages_; }
-  bool cuda_registered() const { return cuda_registered_; }
+  // Pinned by a device backend: `unpin(base())` runs at destruction, before the unmap.
+  // REQUIRES: not pinned yet.
+  void SetPinned(std::function<void(std::byte*)> unpin);
+  bool pinned() const { return static_cast<bool>(unpin_); }
   // The arena as io_uring fixed buffers, split into pieces of at most 1 GiB.
   std::vector<iovec> iovecs() const;
 
@@ -80,23 +84,32 @@ class HostArena {
   uint64_t slot_bytes_;
   SlotAllocator slots_;
   bool huge_pages_;
-  bool cuda_registered_ = false;
+  std::function<void(std::byte*)> unpin_;
 };
-
-enum class DeviceBackendKind { kHost, kCuda };
 
 class DeviceArena {
  public:
-  // kCuda: one cudaMalloc (CudaError when it fails, Unavailable when built without CUDA).
-  // kHost: host memory standing in for device memory.
-  static Status Create(DeviceBackendKind kind, uint64_t slot_bytes, uint32_t slot_count,
-                       std::unique_ptr<DeviceArena>* out);
+  // The bytes one slot of `slot_bytes` takes: rounded up to 256 (cudaMalloc's alignment; keeps
+  // slots vector-aligned).
+  static constexpr uint64_t SlotStride(uint64_t slot_bytes) {
+    return (slot_bytes + 255) / 256 * 256;
+  }
+  // Host memory standing in for device memory (the host backend): a separate anonymous
+  // mapping. InvalidArgument for 0 slots or bytes, OutOfSpace when the mapping fails.
+  static Status CreateOnHost(uint64_t slot_bytes, uint32_t slot_count,
+                             std::unique_ptr<DeviceArena>* out);
+  // Device memory a backend allocated: `slot_count` slots of SlotStride(slot_bytes) from
+  // `base`, released by `release(base)` at destruction.
+  static std::unique_ptr<DeviceArena> Adopt(std::byte* base, uint64_t slot_bytes,
+                                            uint32_t slot_count,
+                                            std::function<void(std::byte*)> release);
   ~DeviceArena();
   DeviceArena(const DeviceArena&) = delete;
   DeviceArena& operator=(const DeviceArena&) = delete;
 
-  DeviceBackendKind kind() const { return kind_; }
-  // A device pointer for kCuda (never dereference on the host), a host pointer for kHost.
+  // True for the host stand-in: base() may be dereferenced on the host.
+  bool on_host() const { return on_host_; }
+  // A device pointer (never dereference on the host) unless on_host().
   std::byte* base() const { return base_; }
   uint64_t size_bytes() const { return size_bytes_; }
   uint64_t slot_bytes() const { return slot_bytes_; }
@@ -104,16 +117,14 @@ class DeviceArena {
   SlotAllocator& slots() { return slots_; }
 
  private:
-  DeviceArena(DeviceBackendKind kind, std::byte* base, uint64_t size, uint64_t slot_bytes,
-              uint32_t count);
-  DeviceBackendKind kind_;
+  DeviceArena(bool on_host, std::byte* base, uint64_t size, uint64_t slot_bytes, uint32_t count,
+              std::function<void(std::byte*)> release);
+  bool on_host_;
   std::byte* base_;
   uint64_t size_bytes_;
   uint64_t slot_bytes_;
   SlotAllocator slots_;
+  std::function<void(std::byte*)> release_;
 };
-
-// True when kvtier was built with CUDA and cudaGetDeviceCount reports at least one device.
-bool CudaDevicePresent();
 
 }  // namespace kvtier::hw

@@ -19,6 +19,7 @@
 
 #include "hw/arena.h"
 #include "hw/chunk_store.h"
+#include "hw/device_backend.h"
 #include "hw/host_compute.h"
 #include "hw/io_engine.h"
 #include "hw/posix_util.h"
@@ -195,7 +196,6 @@ Status Calibrate(const CalibrateOptions& options, CalibrateResult* out) {
   HostArenaOptions ho;
   ho.slot_bytes = arena;
   ho.slot_count = 1;
-  ho.cuda_register = false;
   KVTIER_RETURN_IF_ERROR(HostArena::Create(ho, &a));
   KVTIER_RETURN_IF_ERROR(HostArena::Create(ho, &b));
   std::memset(a->base(), 1, arena);

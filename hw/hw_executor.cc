@@ -1,8 +1,5 @@
 #include "hw/hw_executor.h"
 
-#include <sys/prctl.h>
-#include <time.h>
-
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -15,33 +12,14 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/errors.h"
+#include "core/op_graph.h"
 #include "hw/arena.h"
 #include "hw/chunk_store.h"
-#include "hw/host_compute.h"
 #include "hw/posix_util.h"
-#include "core/errors.h"
 #include "models/layer_table.h"
 
-#if KVTIER_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
-#include "kernels/cublas_gemm.h"
-#endif
-
 namespace kvtier::hw {
-
-std::string_view DeviceBackendName(DeviceBackend b) {
-  switch (b) {
-    case DeviceBackend::kAuto: return "auto";
-    case DeviceBackend::kHost: return "host";
-    case DeviceBackend::kCuda: return "cuda";
-  }
-  return "?";
-}
-
-std::string_view ComputeModeName(ComputeMode m) {
-  return m == ComputeMode::kReal ? "real" : "modeled";
-}
 
 namespace {
 
@@ -51,28 +29,6 @@ std::uint64_t Mix(std::uint64_t z) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
-
-// Sleeps until CLOCK_MONOTONIC reaches `target_ns`: a kernel sleep for all but the last 60 us,
-// then a spin (a sleep alone overshoots by the timer slack, 50 us by default, plus the VM's
-// wake-up latency; a spin alone would steal one of the two cores from the I/O threads).
-// Callers' threads set a 1 ns timer slack (PreciseTimers).
-void SleepUntilNs(std::int64_t target_ns) {
-  constexpr std::int64_t kSpinNs = 60000;
-  std::int64_t now = MonotonicNowNs();
-  if (target_ns - now > kSpinNs) {
-    timespec ts;
-    const std::int64_t wake = target_ns - kSpinNs;
-    ts.tv_sec = wake / 1000000000;
-    ts.tv_nsec = wake % 1000000000;
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
-    }
-  }
-  while (MonotonicNowNs() < target_ns) {
-  }
-}
-
-// Linux rounds a normal thread's sleeps up by a 50 us timer slack; the lanes time things.
-void PreciseTimers() { prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); }
 
 IoClass ClassOf(Purpose p) {
   switch (p) {
@@ -193,18 +149,15 @@ Status CheckChunkContent(ChunkId id, Bytes length, const std::byte* data, bool f
 // ---- implementation ---------------------------------------------------------------------------
 
 struct HwExecutor::Impl {
+  // What an op is and what its execution keeps; the graph (below) keeps its dependencies and
+  // how it ended.
   struct OpState {
     OpId id = kNoOp;
     bool is_transfer = true;
     TransferOp t;
     ComputeOp c;
-    int pending = 0;
-    std::vector<OpId> dependents;
-    bool done = false;
-    bool aborting = false;  // a dependency failed: it is being completed without running
-    bool waited = false;  // the driving thread blocks on it: wake it on completion
-    Status status;
-    OpTimes times;
+    bool waited = false;  // the driving thread blocks on it: wake it on completion (under mu)
+    OpTimes times;        // submit, start, end (the status is the graph's)
     std::atomic<Bytes> moved{0};  // transfers: bytes moved so far (reported if it fails)
     std::size_t first_unwritten = 0;  // SSD writes: chunks[i >= this] were not stored
     // SSD reads: pieces still in flight, and the first error.
@@ -224,10 +177,12 @@ struct HwExecutor::Impl {
 
   ModelSpec model;
   HardwareOptions hardware;
-  std::optional<ComputeTimer> timer;  // modeled compute: cost model (+ gpu.layer_table)
   HwExecutorOptions opt;
-  DeviceBackend backend = DeviceBackend::kHost;
   Bytes slot_bytes = 0;
+  HostClock clock;
+  // Host or CUDA: memory, copies, gathers, compute and their timestamps. Declared before the
+  // arenas it allocates, so they are released first.
+  std::unique_ptr<DeviceBackend> device;
 
   std::unique_ptr<ChunkStore> store;
   std::unique_ptr<IoEngine> io;
@@ -235,23 +190,19 @@ struct HwExecutor::Impl {
   std::unique_ptr<DeviceArena> gpu_arena, work_arena;
   Ring staging, gather, work;
   std::uint32_t cpu_usable = 0, gpu_usable = 0;
-  std::unique_ptr<HostCompute> host_compute;
   std::vector<std::byte> fill_buf;  // writer thread only
 
-  std::atomic<std::int64_t> t0_ns{0};
-
-  // Scheduler state.
+  // Scheduler state, under mu: the operation graph (core/op_graph.h: pending dependencies,
+  // dependents, the abort propagation of a failure) and the implicit read-after-write order.
   std::mutex mu;
   std::condition_variable cv;
-  OpId next_id = 1;
-  std::unordered_map<OpId, OpPtr> ops;
-  std::int64_t incomplete = 0;
+  OpGraph<OpPtr> graph;
   bool draining = false;
   std::unordered_map<ChunkId, OpId> pending_puts;  // chunk -> store op not yet complete
-  // chunk -> the store op that failed to write it (until a later store of it is submitted):
-  // a read of it is aborted naming that failure, whether it was submitted before or after it.
-  std::unordered_map<ChunkId, OpPtr> failed_puts;
-
+  // chunk -> what a read of it reports, AbortedAfter(the store that failed to write it), until
+  // a later store of it is submitted: a read of it is aborted naming that failure, whether it
+  // was submitted before or after it.
+  std::unordered_map<ChunkId, Status> failed_puts;
   // Residency and locations.
   std::mutex res_mu;
   std::unordered_map<ChunkId, std::uint32_t> cpu_slots, gpu_slots;
@@ -289,63 +240,65 @@ struct HwExecutor::Impl {
   // Lanes last: destroyed first, so no job runs against freed state.
   std::unique_ptr<Lane> h2d_lane, d2h_lane, cpu_lane, compute_lane, write_lane;
 
-#if KVTIER_HAVE_CUDA
-  cudaStream_t h2d_stream = nullptr, d2h_stream = nullptr, compute_stream = nullptr;
-  cudaEvent_t anchor = nullptr;
-  std::int64_t anchor_ns = 0;
-  std::unique_ptr<kernels::CublasGemm> gemm;
-  float* dev_scratch = nullptr;
-  std::size_t dev_scratch_floats = 0;
-#endif
-
-  Seconds Now() const { return double(MonotonicNowNs() - t0_ns.load()) * 1e-9; }
+  Seconds Now() const { return clock.Now(); }
 
   // ---- completion and dispatch ----
 
-  // Completes `op` with `status`. Its dependents are released, or, when it failed, completed
-  // at once without running, with a status naming this failure (the Executor contract).
+  // Completes `op` with `status` (the Executor contract): on success, the dependents whose last
+  // dependency it was are dispatched; on failure, everything downstream of it completes at
+  // once, without running, with a status naming this failure.
   void Complete(const OpPtr& op, Status status, Seconds start_s, Seconds end_s) {
-    std::vector<OpPtr> ready, aborted;
+    std::vector<OpPtr> ready;
     bool notify = false;
-    const bool failed = !status.ok();
     {
       std::lock_guard<std::mutex> l(mu);
-      op->status = std::move(status);
       op->times.start_s = std::max(op->times.submit_s, start_s);
       op->times.end_s = std::max(op->times.start_s, end_s);
-      op->done = true;
-      --incomplete;
-      if (op->is_transfer && op->t.kind == TransferKind::kSsdWrite) {
-        for (std::size_t i = 0; i < op->t.chunks.size(); ++i) {
-          const ChunkId c = op->t.chunks[i].chunk;
-          auto it = pending_puts.find(c);
-          if (it == pending_puts.end() || it->second != op->id) continue;  // stored again since
-          pending_puts.erase(it);
-          if (failed && i >= op->first_unwritten) failed_puts[c] = op;
-        }
+      if (status.ok()) {
+        Finished(*op, nullptr);
+        graph.Complete(op->id, [&](OpId d) { ready.push_back(graph.At(d).payload); });
+        notify = op->waited;
+      } else {
+        const Status why = AbortedAfter(Describe(*op), status);
+        notify = FailLocked(*op, std::move(status), why);
       }
-      for (OpId d : op->dependents) {
-        auto it = ops.find(d);
-        // Already aborted by another failed dependency: nothing to release.
-        if (it == ops.end() || it->second->done || it->second->aborting) continue;
-        if (failed) {
-          it->second->aborting = true;
-          aborted.push_back(it->second);
-        } else if (--it->second->pending == 0) {
-          ready.push_back(it->second);
-        }
-      }
-      op->dependents.clear();
       // Waking the driving thread for ops it does not wait on costs a core switch on small
       // machines; only the awaited ones (and a drain) notify.
-      notify = op->waited || draining;
+      notify = notify || draining;
     }
     if (notify) cv.notify_all();
     for (const OpPtr& r : ready) Dispatch(r);
-    if (!aborted.empty()) {
-      const Status why = AbortedAfter(Describe(*op), op->status);
-      const Seconds now = Now();
-      for (const OpPtr& a : aborted) Complete(a, why, now, now);
+  }
+
+  // Fails `op` (times set) and completes what depends on it with `why`. Returns whether the
+  // driving thread waits on one of them. REQUIRES: mu held.
+  bool FailLocked(OpState& op, Status status, const Status& why) {
+    bool waited = op.waited;
+    Finished(op, &why);
+    const Seconds now = Now();
+    graph.Fail(op.id, std::move(status), why, [&](OpId d) {
+      OpState& a = *graph.At(d).payload;
+      a.times.start_s = std::max(a.times.submit_s, now);
+      a.times.end_s = a.times.start_s;
+      Finished(a, &why);
+      waited = waited || a.waited;
+    });
+    return waited;
+  }
+
+  // Bookkeeping of a completed op: a store's chunks are no longer pending, and when it failed
+  // (`reads_of_unwritten` is what a read of a chunk it did not write reports), those chunks
+  // are remembered as not on the SSD. REQUIRES: mu held.
+  void Finished(const OpState& op, const Status* reads_of_unwritten) {
+    if (!op.is_transfer || op.t.kind != TransferKind::kSsdWrite) return;
+    for (std::size_t i = 0; i < op.t.chunks.size(); ++i) {
+      const ChunkId c = op.t.chunks[i].chunk;
+      auto it = pending_puts.find(c);
+      if (it == pending_puts.end() || it->second != op.id) continue;  // stored again since
+      pending_puts.erase(it);
+      if (reads_of_unwritten != nullptr && i >= op.first_unwritten) {
+        failed_puts[c] = *reads_of_unwritten;
+      }
     }
   }
 
@@ -573,35 +526,43 @@ struct HwExecutor::Impl {
 
   void RunGather(const OpPtr& op) {
     const Seconds start = Now();
+    struct Out {
+      ChunkId chunk;
+      Loc src;
+      std::byte* dst;
+      std::uint64_t stamp;
+      Bytes bytes;
+    };
+    std::vector<Out> outs;
+    std::vector<CopyPiece> pieces;
     Bytes moved = 0;
     for (const ChunkIo& c : op->t.chunks) {
       if (c.bytes == 0) continue;
       const Loc src = SourceOf(c.chunk, c.bytes, false);
       auto [dst, stamp] = gather.Allocate(c.bytes);
-      const Bytes token = TokenBytes(c.chunk);
-      const Bytes per_row = c.rows.empty() ? c.bytes : std::max<Bytes>(1, c.bytes / c.rows.size());
       Bytes out = 0;
       if (c.rows.empty()) {
-        std::memcpy(dst, src.p, std::min(c.bytes, src.length));
+        pieces.push_back({dst, src.p, std::min(c.bytes, src.length)});
         out = c.bytes;
       } else {
-        for (std::uint16_t r : c.rows) {
-          const Bytes off = Bytes(r) * token;
-          if (off + per_row > src.length || out + per_row > gather.size) break;
-          std::memcpy(dst + out, src.p + off, per_row);
-          out += per_row;
-        }
+        const Bytes per_row = std::max<Bytes>(1, c.bytes / c.rows.size());
+        out = AppendRowPieces(src.p, src.length, c.rows, TokenBytes(c.chunk), per_row, dst,
+                              gather.size, &pieces);
       }
-      NoteIfOverwritten(src);
       moved += out;
+      outs.push_back({c.chunk, src, dst, stamp, out});
+    }
+    const Status status = device->Gather(pieces);
+    for (const Out& o : outs) NoteIfOverwritten(o.src);
+    {
       std::lock_guard<std::mutex> l(res_mu);
-      gathered_loc[c.chunk] = Loc{dst, out, &gather, stamp};
+      for (const Out& o : outs) gathered_loc[o.chunk] = Loc{o.dst, o.bytes, &gather, o.stamp};
     }
     {
       std::lock_guard<std::mutex> l(stats_mu);
       st.bytes_gathered += moved;
     }
-    Complete(op, Status::OK(), start, Now());
+    Complete(op, status, start, Now());
   }
 
   // ---- PCIe copies ----
@@ -616,37 +577,16 @@ struct HwExecutor::Impl {
     return work.Allocate(bytes).first;
   }
 
-  // One host<->device copy of `n` bytes (host backend: memcpy; cuda: async on the lane's stream).
-  void CopyBytes(std::byte* dst, const std::byte* src, Bytes n, bool h2d) {
-    if (n == 0) return;
-#if KVTIER_HAVE_CUDA
-    if (backend == DeviceBackend::kCuda) {
-      cudaMemcpyAsync(dst, src, n, h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
-                      h2d ? h2d_stream : d2h_stream);
-      return;
-    }
-#endif
-    (void)h2d;
-    std::memcpy(dst, src, n);
-  }
-
   void RunCopy(const OpPtr& op, bool h2d) {
-    const std::int64_t start_ns = MonotonicNowNs();
-    const Seconds start = Now();
-#if KVTIER_HAVE_CUDA
-    cudaEvent_t ev_start = nullptr, ev_end = nullptr;
-    if (backend == DeviceBackend::kCuda) {
-      cudaEventCreate(&ev_start);
-      cudaEventCreate(&ev_end);
-      cudaEventRecord(ev_start, h2d ? h2d_stream : d2h_stream);
-    }
-#endif
-    Bytes moved = 0;
-    std::uint32_t copies = 0;
+    std::vector<CopyPiece> pieces;
+    std::vector<Loc> sources;                // staged sources: checked once copied
     std::vector<std::uint32_t> held_slots;  // CPU slots this demotion writes
+    Bytes moved = 0;
+    std::uint32_t copies = 0, chunks = 0;
     if (!op->t.chunks.empty()) {
       for (const ChunkIo& c : op->t.chunks) {
         if (c.bytes == 0) continue;
+        ++chunks;
         if (h2d) {
           const bool rows_partial = !c.rows.empty();
           const Loc src = SourceOf(c.chunk, c.bytes, rows_partial);
@@ -654,24 +594,18 @@ struct HwExecutor::Impl {
           const bool contiguous = !rows_partial || src.ring == &gather;
           if (contiguous) {
             const Bytes n = std::min({c.bytes, src.length, slot_bytes});
-            CopyBytes(dst, src.p, n, true);
+            pieces.push_back({dst, src.p, n});
             moved += n;
             ++copies;
           } else {
             // Rows straight out of a CPU-cache slot: one copy per row (a scattered copy).
-            const Bytes token = TokenBytes(c.chunk);
+            const std::size_t before = pieces.size();
             const Bytes per_row = std::max<Bytes>(1, c.bytes / c.rows.size());
-            Bytes out = 0;
-            for (std::uint16_t r : c.rows) {
-              const Bytes off = Bytes(r) * token;
-              if (off + per_row > src.length || out + per_row > slot_bytes) break;
-              CopyBytes(dst + out, src.p + off, per_row, true);
-              out += per_row;
-              ++copies;
-            }
-            moved += out;
+            moved += AppendRowPieces(src.p, src.length, c.rows, TokenBytes(c.chunk), per_row, dst,
+                                     slot_bytes, &pieces);
+            copies += std::uint32_t(pieces.size() - before);
           }
-          NoteIfOverwritten(src);
+          sources.push_back(src);
         } else {
           // Demotion: the chunk's device slot (or a working piece) into its CPU slot or staging.
           // (A slot another op is writing -- the read bringing this chunk -- is left alone.)
@@ -686,7 +620,7 @@ struct HwExecutor::Impl {
           }
           if (dst == nullptr) dst = staging.Allocate(c.bytes).first;
           const Bytes n = std::min(c.bytes, slot_bytes);
-          CopyBytes(dst, src, n, false);
+          pieces.push_back({dst, src, n});
           moved += n;
           ++copies;
         }
@@ -698,217 +632,96 @@ struct HwExecutor::Impl {
         const Bytes n = std::min<Bytes>(left, slot_bytes);
         std::byte* dev = work.Allocate(n).first;
         std::byte* host = staging.Allocate(n).first;
-        if (h2d) {
-          CopyBytes(dev, host, n, true);
-        } else {
-          CopyBytes(host, dev, n, false);
-        }
+        pieces.push_back(h2d ? CopyPiece{dev, host, n} : CopyPiece{host, dev, n});
         moved += n;
         left -= n;
       }
       copies = std::max<std::uint32_t>(1, op->t.ios);
     }
-    Seconds end = Now();
-#if KVTIER_HAVE_CUDA
-    if (backend == DeviceBackend::kCuda) {
-      cudaStream_t s = h2d ? h2d_stream : d2h_stream;
-      cudaEventRecord(ev_end, s);
-      cudaEventSynchronize(ev_end);  // this op's event only: no device-wide sync
-      float a = 0, b = 0;
-      cudaEventElapsedTime(&a, anchor, ev_start);
-      cudaEventElapsedTime(&b, anchor, ev_end);
-      const Seconds base = double(anchor_ns - t0_ns.load()) * 1e-9;
-      Status status;
-      if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
-        status = Status::CudaError(std::string(h2d ? "H2D" : "D2H") + " copy failed: " +
-                                   cudaGetErrorString(e));
-      }
-      cudaEventDestroy(ev_start);
-      cudaEventDestroy(ev_end);
+    // Once the bytes are in place (before the host backend's pacing): hand the CPU slots on,
+    // note staged sources the ring overwrote before they were copied.
+    const std::function<void()> release = [&] {
       for (std::uint32_t slot : held_slots) ReleaseCpuSlot(slot);
-      {
-        std::lock_guard<std::mutex> l(stats_mu);
-        (h2d ? st.bytes_h2d : st.bytes_d2h) += moved;
-      }
-      Complete(op, status, base + a * 1e-3, base + b * 1e-3);
-      return;
-    }
-#endif
-    for (std::uint32_t slot : held_slots) ReleaseCpuSlot(slot);  // memcpy: done
-    if (opt.pace_pcie) {
-      // The link cannot be faster than configured: bytes / bw + latency per copy, counted from
-      // the op's start on this (serial) lane. Pacing only ever slows a copy down.
-      const double bw = h2d ? hardware.pcie_h2d_bw : hardware.pcie_d2h_bw;
-      const double min_s = double(moved) / bw + double(copies) * hardware.pcie_latency;
-      SleepUntilNs(start_ns + std::int64_t(min_s * 1e9));
-      end = Now();
-    }
+      for (const Loc& src : sources) NoteIfOverwritten(src);
+    };
+    Interval when;
+    const Status status =
+        device->Copy(h2d ? CopyDirection::kHostToDevice : CopyDirection::kDeviceToHost, pieces,
+                     copies, release, &when);
     {
       std::lock_guard<std::mutex> l(stats_mu);
       (h2d ? st.bytes_h2d : st.bytes_d2h) += moved;
+      if (h2d && op->t.purpose == Purpose::kPromote) st.promoted_chunks += chunks;
+      if (!h2d && op->t.purpose == Purpose::kDemote) st.demoted_chunks += chunks;
     }
-    Complete(op, Status::OK(), start, end);
+    Complete(op, status, when.start_s, when.end_s);
   }
 
   // ---- compute ----
 
   void RunCompute(const OpPtr& op) {
-    const std::int64_t start_ns = MonotonicNowNs();
-    const Seconds start = Now();
-    Status status;
-#if KVTIER_HAVE_CUDA
-    if (backend == DeviceBackend::kCuda) {
-      RunCudaCompute(op, &status);
-      return;
-    }
-#endif
-    if (opt.compute == ComputeMode::kReal) {
-      host_compute->Run(op->c);
-    } else {
-      const Seconds d = timer->OpSeconds(op->c);
-      SleepUntilNs(start_ns + std::int64_t(d * 1e9));
-    }
-    const Seconds end = Now();
+    Interval when;
+    const Status status = device->Compute(op->c, &when);
     {
       std::lock_guard<std::mutex> l(stats_mu);
       ++st.compute_ops;
-      st.compute_busy_s += end - start;
+      st.compute_busy_s += when.end_s - when.start_s;
     }
-    Complete(op, status, start, end);
+    Complete(op, status, when.start_s, when.end_s);
   }
-
-#if KVTIER_HAVE_CUDA
-  float* Scratch(std::size_t floats) {
-    if (floats > dev_scratch_floats) {
-      if (dev_scratch) cudaFree(dev_scratch);
-      dev_scratch = nullptr;
-      if (cudaMalloc(reinterpret_cast<void**>(&dev_scratch), floats * sizeof(float)) != cudaSuccess) return nullptr;
-      dev_scratch_floats = floats;
-    }
-    return dev_scratch;
-  }
-
-  // cuBLAS GEMMs at the model's shapes (random/uninitialised weights: timing only), with
-  // attention as per-head GEMMs, timed with events on the compute stream.
-  void RunCudaCompute(const OpPtr& op, Status* status) {
-    const ComputeOp& c = op->c;
-    const int d = model.hidden, hd = model.head_dim, H = model.heads, KV = model.kv_heads;
-    const std::int64_t n = std::max<std::int64_t>(1, c.new_tokens);
-    const std::int64_t m = std::max<std::int64_t>(n, c.context_tokens);
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    cudaEventRecord(e0, compute_stream);
-    auto gemm = [&](std::int64_t mm, std::int64_t nn, std::int64_t kk) {
-      float* a = Scratch(std::size_t(mm * kk + kk * nn + mm * nn));
-      if (a == nullptr) {
-        *status = Status::CudaError("cudaMalloc of compute scratch failed");
-        return;
-      }
-      Status s = this->gemm->Gemm(int32_t(mm), int32_t(nn), int32_t(kk), a, a + mm * kk, false,
-                                  a + mm * kk + kk * nn, compute_stream);
-      if (!s.ok() && status->ok()) *status = s;
-    };
-    auto layer = [&](std::int64_t nn, std::int64_t mm) {
-      gemm(nn, (H + 2 * KV) * hd, d);
-      for (int h = 0; h < H; ++h) {
-        gemm(nn, mm, hd);  // Q K^T
-        gemm(nn, hd, mm);  // P V
-      }
-      gemm(nn, d, H * hd);
-      const int mats = model.family == ModelFamily::kOpt ? 1 : 2;
-      for (int i = 0; i < mats; ++i) gemm(nn, model.ffn, d);
-      gemm(nn, d, model.ffn);
-    };
-    switch (c.kind) {
-      case ComputeKind::kLayerPrefill: layer(n, m); break;
-      case ComputeKind::kChunkPrefill:
-        for (int l = 0; l < model.layers; ++l) layer(n, m);
-        break;
-      case ComputeKind::kDecodeStep:
-        for (int l = 0; l < model.layers; ++l) layer(1, m);
-        break;
-      case ComputeKind::kProbeScores:
-      case ComputeKind::kFullScores: {
-        const int heads = (c.heads > 0 ? std::min(c.heads, KV) : KV) * std::max(1, H / KV);
-        for (int h = 0; h < std::min(heads, H); ++h) gemm(n, std::max<std::int64_t>(1, c.context_tokens), hd);
-        break;
-      }
-      case ComputeKind::kOutputLayer: gemm(1, model.vocab, d); break;
-    }
-    cudaEventRecord(e1, compute_stream);
-    cudaEventSynchronize(e1);
-    float a = 0, b = 0;
-    cudaEventElapsedTime(&a, anchor, e0);
-    cudaEventElapsedTime(&b, anchor, e1);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    const Seconds base = double(anchor_ns - t0_ns.load()) * 1e-9;
-    {
-      std::lock_guard<std::mutex> l(stats_mu);
-      ++st.compute_ops;
-      st.compute_busy_s += (b - a) * 1e-3;
-    }
-    Complete(op, *status, base + a * 1e-3, base + b * 1e-3);
-  }
-#endif
 
   // ---- submission ----
 
   OpId SubmitOp(OpPtr op, std::span<const OpId> after) {
-    bool ready = false;
-    OpPtr failed_dep;  // a dependency that already failed: `op` will not run
     if (!op->is_transfer && op->c.heads > model.kv_heads) {
       // The Pipeline's H2O step names query heads; the cost model counts KV heads (their query
       // groups included), so clamp as ComputeCost would need (all KV heads).
       op->c.heads = model.kv_heads;
     }
+    bool start = false;
     {
       std::lock_guard<std::mutex> l(mu);
-      op->id = next_id++;
       op->times.submit_s = Now();
-      auto depend = [&](OpId dep) {
-        if (dep == kNoOp || dep == op->id) return;
-        auto it = ops.find(dep);
-        if (it == ops.end()) return;  // retired (the Pipeline retires only completed ops)
-        if (it->second->done) {
-          if (!it->second->status.ok() && !failed_dep) failed_dep = it->second;
-          return;
-        }
-        ++op->pending;
-        it->second->dependents.push_back(op->id);
-      };
-      for (OpId dep : after) depend(dep);
+      std::vector<OpId> deps;  // `after` plus the pending stores of the chunks a read reads
+      std::optional<Status> failed_put;
       if (op->is_transfer && op->t.kind == TransferKind::kSsdRead) {
         // Read-after-write: a chunk whose store is still in flight is read once it is durable.
         for (const ChunkIo& c : op->t.chunks) {
-          if (auto f = failed_puts.find(c.chunk); f != failed_puts.end() && !failed_dep) {
-            failed_dep = f->second;  // its store failed: the chunk is not on the SSD
+          if (auto f = failed_puts.find(c.chunk); f != failed_puts.end() && !failed_put) {
+            failed_put = f->second;  // its store failed: the chunk is not on the SSD
           }
           auto it = pending_puts.find(c.chunk);
           if (it == pending_puts.end()) continue;
-          depend(it->second);
+          if (deps.empty()) deps.assign(after.begin(), after.end());
+          deps.push_back(it->second);
           std::lock_guard<std::mutex> s(stats_mu);
           ++st.raw_waits;
         }
       }
+      const auto added = graph.Add(op, deps.empty() ? after : std::span<const OpId>(deps));
+      op->id = added.id;
       if (op->is_transfer && op->t.kind == TransferKind::kSsdWrite) {
         for (const ChunkIo& c : op->t.chunks) {
           pending_puts[c.chunk] = op->id;
           failed_puts.erase(c.chunk);
         }
       }
-      ops.emplace(op->id, op);
-      ++incomplete;
-      if (failed_dep) op->aborting = true;  // pending dependencies will not release it
-      ready = op->pending == 0 && !failed_dep;
+      // A dependency that already failed (first in `after` order), else a failed store of a
+      // chunk it reads: it never runs.
+      std::optional<Status> abort;
+      if (added.next == OpGraph<OpPtr>::Next::kAbort) {
+        abort = *added.abort;
+      } else if (failed_put) {
+        abort = std::move(failed_put);
+      }
+      if (abort) {
+        op->times.start_s = op->times.end_s = Now();  // never runs: completes at once
+        FailLocked(*op, *abort, *abort);
+      } else {
+        start = added.next == OpGraph<OpPtr>::Next::kStart;
+      }
     }
-    if (failed_dep) {
-      const Seconds now = Now();
-      Complete(op, AbortedAfter(Describe(*failed_dep), failed_dep->status), now, now);
-    } else if (ready) {
-      Dispatch(op);
-    }
+    if (start) Dispatch(op);
     return op->id;
   }
 };
@@ -927,16 +740,6 @@ HwExecutor::~HwExecutor() {
   m.compute_lane.reset();
   m.write_lane.reset();
   m.io.reset();
-#if KVTIER_HAVE_CUDA
-  if (m.backend == DeviceBackend::kCuda) {
-    m.gemm.reset();
-    if (m.dev_scratch) cudaFree(m.dev_scratch);
-    if (m.anchor) cudaEventDestroy(m.anchor);
-    if (m.h2d_stream) cudaStreamDestroy(m.h2d_stream);
-    if (m.d2h_stream) cudaStreamDestroy(m.d2h_stream);
-    if (m.compute_stream) cudaStreamDestroy(m.compute_stream);
-  }
-#endif
 }
 
 Status HwExecutor::Create(const ModelSpec& model, const HardwareOptions& hardware,
@@ -946,23 +749,23 @@ Status HwExecutor::Create(const ModelSpec& model, const HardwareOptions& hardwar
   m.model = model;
   m.hardware = hardware;
   m.opt = options;
+  DeviceBackendOptions device;
+  device.model = model;
+  device.hardware = hardware;
+  device.compute = options.compute;
+  device.pace_pcie = options.pace_pcie;
   try {
-    m.timer.emplace(ComputeTimer::FromOptions(model, hardware));
+    device.timer.emplace(ComputeTimer::FromOptions(model, hardware));
   } catch (const ConfigError& e) {
     return Status::InvalidArgument(std::string("gpu.layer_table: ") + e.what());
   }
   if (options.store_dir.empty()) return Status::InvalidArgument("hw: no chunk store directory");
   if (options.chunk_tokens < 1) return Status::InvalidArgument("hw: chunk_tokens must be >= 1");
 
-  // Backend.
-  const bool have_gpu = CudaDevicePresent();
-  m.backend = options.backend == DeviceBackend::kAuto
-                  ? (have_gpu ? DeviceBackend::kCuda : DeviceBackend::kHost)
-                  : options.backend;
-  if (m.backend == DeviceBackend::kCuda && !have_gpu) {
-    return Status::Unavailable("hw.backend = cuda, but no CUDA device is present (or kvtier was "
-                               "built without CUDA); use hw.backend = host or auto");
-  }
+  // Backend: host or CUDA (Unavailable when cuda is asked for without a device).
+  KVTIER_RETURN_IF_ERROR(
+      CreateDeviceBackend(options.backend, std::move(device), &m.clock, &m.device));
+  if (options.wrap_backend) m.device = options.wrap_backend(std::move(m.device));
 
   // Slot size: the largest chunk record (a K or V chunk, or a probe-key chunk).
   const Bytes kv_chunk = model.ChunkBytes(options.chunk_tokens);
@@ -999,16 +802,15 @@ Status HwExecutor::Create(const ModelSpec& model, const HardwareOptions& hardwar
   HostArenaOptions ho;
   ho.slot_bytes = ring;
   ho.slot_count = 1;
-  KVTIER_RETURN_IF_ERROR(HostArena::Create(ho, &m.staging_arena));
-  KVTIER_RETURN_IF_ERROR(HostArena::Create(ho, &m.gather_arena));
+  KVTIER_RETURN_IF_ERROR(m.device->AllocateHost(ho, &m.staging_arena));
+  KVTIER_RETURN_IF_ERROR(m.device->AllocateHost(ho, &m.gather_arena));
   ho.slot_bytes = m.slot_bytes;
   ho.slot_count = std::max<std::uint32_t>(1, m.cpu_usable);
-  KVTIER_RETURN_IF_ERROR(HostArena::Create(ho, &m.cpu_arena));
-  const DeviceBackendKind dk =
-      m.backend == DeviceBackend::kCuda ? DeviceBackendKind::kCuda : DeviceBackendKind::kHost;
-  KVTIER_RETURN_IF_ERROR(DeviceArena::Create(dk, m.slot_bytes, std::max<std::uint32_t>(1, m.gpu_usable),
-                                             &m.gpu_arena));
-  KVTIER_RETURN_IF_ERROR(DeviceArena::Create(dk, ring, 1, &m.work_arena));
+  KVTIER_RETURN_IF_ERROR(m.device->AllocateHost(ho, &m.cpu_arena));
+  KVTIER_RETURN_IF_ERROR(
+      m.device->AllocateDevice(m.slot_bytes, std::max<std::uint32_t>(1, m.gpu_usable),
+                               &m.gpu_arena));
+  KVTIER_RETURN_IF_ERROR(m.device->AllocateDevice(ring, 1, &m.work_arena));
   m.staging.base = m.staging_arena->slot(0);
   m.staging.size = ring;
   m.gather.base = m.gather_arena->slot(0);
@@ -1032,43 +834,19 @@ Status HwExecutor::Create(const ModelSpec& model, const HardwareOptions& hardwar
   io.pread_threads = std::max<std::uint32_t>(1, std::min<std::uint32_t>(options.queue_depth, 16));
   KVTIER_RETURN_IF_ERROR(IoEngine::Create(m.store->read_fd(), io, &m.io));
 
-  if (m.backend == DeviceBackend::kHost && options.compute == ComputeMode::kReal) {
-    m.host_compute = std::make_unique<HostCompute>(model);
-  }
-#if KVTIER_HAVE_CUDA
-  if (m.backend == DeviceBackend::kCuda) {
-    if (cudaStreamCreateWithFlags(&m.h2d_stream, cudaStreamNonBlocking) != cudaSuccess ||
-        cudaStreamCreateWithFlags(&m.d2h_stream, cudaStreamNonBlocking) != cudaSuccess ||
-        cudaStreamCreateWithFlags(&m.compute_stream, cudaStreamNonBlocking) != cudaSuccess ||
-        cudaEventCreate(&m.anchor) != cudaSuccess) {
-      return Status::CudaError(std::string("stream/event creation failed: ") +
-                               cudaGetErrorString(cudaGetLastError()));
-    }
-    KVTIER_RETURN_IF_ERROR(kernels::CublasGemm::Create(&m.gemm));
-  }
-#endif
   m.h2d_lane = std::make_unique<Lane>();
   m.d2h_lane = std::make_unique<Lane>();
   m.cpu_lane = std::make_unique<Lane>();
   m.compute_lane = std::make_unique<Lane>();
   m.write_lane = std::make_unique<Lane>();
-  ex->ResetClock();
+  KVTIER_RETURN_IF_ERROR(ex->ResetClock());
   *out = std::move(ex);
   return Status::OK();
 }
 
-void HwExecutor::ResetClock() {
-  Impl& m = *impl_;
-  m.t0_ns.store(MonotonicNowNs());
-#if KVTIER_HAVE_CUDA
-  if (m.backend == DeviceBackend::kCuda) {
-    // The anchor: one event on an idle stream, synchronised once (setup time, not the pipeline),
-    // so a CUDA event e maps to host time anchor_ns + elapsed(anchor, e).
-    cudaEventRecord(m.anchor, m.compute_stream);
-    cudaEventSynchronize(m.anchor);
-    m.anchor_ns = MonotonicNowNs();
-  }
-#endif
+Status HwExecutor::ResetClock() {
+  impl_->clock.Reset();
+  return impl_->device->OnClockReset();  // cuda: a new anchor event
 }
 
 Seconds HwExecutor::Now() { return impl_->Now(); }
@@ -1090,26 +868,20 @@ OpId HwExecutor::Submit(ComputeOp op, std::span<const OpId> after) {
 Status HwExecutor::Wait(OpId op) {
   Impl& m = *impl_;
   std::unique_lock<std::mutex> l(m.mu);
-  auto it = m.ops.find(op);
-  if (it == m.ops.end()) return Status::OK();
-  Impl::OpPtr p = it->second;
-  p->waited = true;
-  m.cv.wait(l, [&] { return p->done; });
-  return p->status;
+  m.graph.At(op).payload->waited = true;
+  m.cv.wait(l, [&] { return m.graph.Done(op); });
+  return m.graph.At(op).status;
 }
 
 std::size_t HwExecutor::WaitAny(std::span<const OpId> ops) {
   Impl& m = *impl_;
+  KVTIER_CHECK(!ops.empty(), "HwExecutor: WaitAny on nothing");
   std::unique_lock<std::mutex> l(m.mu);
+  for (OpId id : ops) m.graph.At(id).payload->waited = true;
   std::size_t found = ops.size();
-  for (OpId id : ops) {
-    auto it = m.ops.find(id);
-    if (it != m.ops.end()) it->second->waited = true;
-  }
   m.cv.wait(l, [&] {
     for (std::size_t i = 0; i < ops.size(); ++i) {
-      auto it = m.ops.find(ops[i]);
-      if (it == m.ops.end() || it->second->done) {
+      if (m.graph.Done(ops[i])) {
         found = i;
         return true;
       }
@@ -1122,19 +894,17 @@ std::size_t HwExecutor::WaitAny(std::span<const OpId> ops) {
 bool HwExecutor::Done(OpId op) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> l(m.mu);
-  auto it = m.ops.find(op);
-  return it == m.ops.end() || it->second->done;
+  return m.graph.Done(op);
 }
 
 OpTimes HwExecutor::Retire(OpId op) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> l(m.mu);
-  auto it = m.ops.find(op);
-  if (it == m.ops.end()) return {};
-  OpTimes t = it->second->times;
-  t.status = it->second->status;
-  if (!t.status.ok()) t.failed_moved_bytes = it->second->moved.load();
-  m.ops.erase(it);
+  const auto& node = m.graph.At(op);
+  OpTimes t = node.payload->times;
+  t.status = node.status;
+  if (!t.status.ok()) t.failed_moved_bytes = node.payload->moved.load();
+  m.graph.Retire(op);  // checks that it is done
   return t;
 }
 
@@ -1195,33 +965,25 @@ Status HwExecutor::Prepopulate(ChunkId id, Bytes bytes, bool fill_tiers) {
     m.host_loc[id] = Impl::Loc{m.cpu_arena->slot(s->second), bytes, nullptr, 0};
   }
   if (auto s = m.gpu_slots.find(id); s != m.gpu_slots.end()) {
-    if (m.backend == DeviceBackend::kHost) {
-      FillChunkContent(id, bytes, m.gpu_arena->slot(s->second));
-    }
-#if KVTIER_HAVE_CUDA
-    if (m.backend == DeviceBackend::kCuda) {
-      std::vector<std::byte> tmp(bytes);
-      FillChunkContent(id, bytes, tmp.data());
-      if (cudaMemcpy(m.gpu_arena->slot(s->second), tmp.data(), bytes, cudaMemcpyHostToDevice) !=
-          cudaSuccess) {
-        return Status::CudaError(DescribeChunk(id) + ": prewarm copy to the GPU arena failed");
-      }
-    }
-#endif
+    std::vector<std::byte> content(bytes);
+    FillChunkContent(id, bytes, content.data());
+    KVTIER_RETURN_IF_ERROR(
+        m.device->WriteDevice(m.gpu_arena->slot(s->second), content.data(), bytes)
+            .Annotate(DescribeChunk(id)));
   }
   return Status::OK();
 }
 
 void HwExecutor::IdleUntil(Seconds t) {
   PreciseTimers();
-  SleepUntilNs(impl_->t0_ns.load() + std::int64_t(t * 1e9));
+  SleepUntilNs(impl_->clock.t0_ns() + std::int64_t(t * 1e9));
 }
 
 void HwExecutor::Drain() {
   Impl& m = *impl_;
   std::unique_lock<std::mutex> l(m.mu);
   m.draining = true;
-  m.cv.wait(l, [&] { return m.incomplete == 0; });
+  m.cv.wait(l, [&] { return m.graph.incomplete() == 0; });
   m.draining = false;
 }
 
@@ -1229,7 +991,7 @@ HwExecutorStats HwExecutor::stats() const {
   std::lock_guard<std::mutex> l(impl_->stats_mu);
   return impl_->st;
 }
-DeviceBackend HwExecutor::backend() const { return impl_->backend; }
+BackendKind HwExecutor::backend() const { return impl_->device->kind(); }
 std::string HwExecutor::io_backend_name() const { return std::string(impl_->io->backend_name()); }
 bool HwExecutor::direct_io() const { return impl_->store->direct_io(); }
 std::uint32_t HwExecutor::dio_mem_align() const { return impl_->store->dio_mem_align(); }

@@ -26,6 +26,8 @@
 //              models/layer_table.h: the roofline, or the measured gpu.layer_table), `real`
 //              runs Eigen GEMMs and attention at the model's shapes (random weights). cuda
 //              backend: cuBLAS GEMMs at the model's shapes plus the attention kernel.
+// What differs between the host and the CUDA device -- memory, copies, gathers, compute and
+// their timestamps -- is a DeviceBackend (hw/device_backend.h); this executor only schedules.
 //
 // Failures follow the Executor contract: an op whose dependency failed is completed at once,
 // without running, with Status::Aborted naming the root failure; Retire reports every op's
@@ -33,7 +35,8 @@
 //
 // Each resource is a persistent worker thread serving a FIFO (H2D, D2H, CPU, compute, writer);
 // the IoEngine has its own thread(s). An op is queued on its resource once every op in `after`
-// has completed (a completion releases its dependents from whichever thread completed it). No
+// has completed (a completion releases its dependents from whichever thread completed it; the
+// dependency graph is core/op_graph.h, the one SimExecutor uses too). No
 // device-wide synchronisation happens inside the pipeline: the cuda lanes wait on their own
 // events only.
 //
@@ -49,6 +52,7 @@
 // Thread safety: the Executor methods are called from the one thread driving the Pipeline;
 // internally the executor is multi-threaded.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,15 +61,13 @@
 #include "core/model_spec.h"
 #include "core/options.h"
 #include "core/status.h"
+#include "hw/device_backend.h"
 #include "hw/io_engine.h"
 
 namespace kvtier::hw {
 
-enum class DeviceBackend { kAuto, kHost, kCuda };
-enum class ComputeMode { kModeled, kReal };
-
 struct HwExecutorOptions {
-  DeviceBackend backend = DeviceBackend::kAuto;
+  BackendKind backend = BackendKind::kAuto;
   ComputeMode compute = ComputeMode::kModeled;
   IoEngineOptions::Backend io_backend = IoEngineOptions::Backend::kAuto;
   std::string store_dir;                // chunk store directory (created); must be a real disk
@@ -81,6 +83,8 @@ struct HwExecutorOptions {
   int probe_heads = 3;                  // itf.probe_heads
   Bytes cpu_capacity = 0;               // cache.cpu_capacity
   Bytes gpu_capacity = 0;               // cache.gpu_capacity
+  // Tests: wraps the backend Create made (DeviceBackendWrapper), e.g. to fail one copy.
+  std::function<std::unique_ptr<DeviceBackend>(std::unique_ptr<DeviceBackend>)> wrap_backend;
 };
 
 // What the executor did, for the run's metrics and the tests.
@@ -92,6 +96,10 @@ struct HwExecutorStats {
   std::uint64_t bytes_h2d = 0;
   std::uint64_t bytes_d2h = 0;
   std::uint64_t bytes_gathered = 0;
+  // Chunks a promotion copied into the GPU tier, a demotion out of it (H2D with purpose
+  // promote, D2H with purpose demote; copies that list no chunks move none).
+  std::uint64_t promoted_chunks = 0;
+  std::uint64_t demoted_chunks = 0;
   std::uint64_t chunks_verified = 0;  // reads whose content was checked in full
   std::uint64_t cpu_overflow = 0;     // chunks resident in the CPU tier without an arena slot
   std::uint64_t gpu_overflow = 0;
@@ -132,14 +140,15 @@ class HwExecutor : public Executor {
   // with that length: pre-population for run.prewarm. When `fill_tiers`, a chunk the caches
   // hold in the CPU / GPU tier also gets its content copied into its arena slot.
   Status Prepopulate(ChunkId id, Bytes bytes, bool fill_tiers);
-  // Restarts the clock at 0 (after setup and prewarm: times are since the run started).
-  void ResetClock();
+  // Restarts the clock at 0 (after setup and prewarm: times are since the run started). A
+  // CUDA error re-anchoring the device's events is returned.
+  Status ResetClock();
   // Sleeps until Now() >= t (a request's arrival), letting background work proceed.
   void IdleUntil(Seconds t) override;
   void Drain() override;
 
   HwExecutorStats stats() const;
-  DeviceBackend backend() const;          // kHost or kCuda (auto resolved)
+  BackendKind backend() const;            // kHost or kCuda (auto resolved)
   std::string io_backend_name() const;    // "io_uring" | "pread"
   bool direct_io() const;
   std::uint32_t dio_mem_align() const;
@@ -152,8 +161,5 @@ class HwExecutor : public Executor {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-std::string_view DeviceBackendName(DeviceBackend b);
-std::string_view ComputeModeName(ComputeMode m);
 
 }  // namespace kvtier::hw

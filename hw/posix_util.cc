@@ -1,7 +1,10 @@
 #include "hw/posix_util.h"
 
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +23,23 @@ int64_t MonotonicNowNs() {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
 }
+
+void SleepUntilNs(int64_t target_ns) {
+  constexpr int64_t kSpinNs = 60000;
+  int64_t now = MonotonicNowNs();
+  if (target_ns - now > kSpinNs) {
+    timespec ts;
+    const int64_t wake = target_ns - kSpinNs;
+    ts.tv_sec = wake / 1000000000;
+    ts.tv_nsec = wake % 1000000000;
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+    }
+  }
+  while (MonotonicNowNs() < target_ns) {
+  }
+}
+
+void PreciseTimers() { prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); }
 
 UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
   if (this != &other) reset(other.release());

@@ -16,6 +16,15 @@ std::string ErrnoText(int err);
 // CLOCK_MONOTONIC in nanoseconds: the host clock of every request stamp.
 int64_t MonotonicNowNs();
 
+// Sleeps until CLOCK_MONOTONIC reaches `target_ns`: a kernel sleep for all but the last 60 us,
+// then a spin (a sleep alone overshoots by the timer slack, 50 us by default, plus the VM's
+// wake-up latency; a spin alone would steal one of the two cores from the I/O threads).
+// Callers' threads should set a 1 ns timer slack first (PreciseTimers).
+void SleepUntilNs(int64_t target_ns);
+// Linux rounds a normal thread's sleeps up by a 50 us timer slack; threads that time things
+// set it to 1 ns with this.
+void PreciseTimers();
+
 // Owns a file descriptor; closes it on destruction. Move-only.
 class UniqueFd {
  public:

@@ -45,9 +45,9 @@ HwExecutorOptions BuildHwExecutorOptions(const Config& config, const ExperimentO
                                          const std::string& store_dir) {
   HwExecutorOptions o;
   const std::string backend = config.GetString("hw.backend");
-  o.backend = backend == "cuda" ? DeviceBackend::kCuda
-              : backend == "host" ? DeviceBackend::kHost
-                                  : DeviceBackend::kAuto;
+  o.backend = backend == "cuda" ? BackendKind::kCuda
+              : backend == "host" ? BackendKind::kHost
+                                  : BackendKind::kAuto;
   o.compute = config.GetString("hw.compute") == "real" ? ComputeMode::kReal : ComputeMode::kModeled;
   const std::string io = config.GetString("hw.io_backend");
   o.io_backend = io == "io_uring" ? IoEngineOptions::Backend::kIoUring

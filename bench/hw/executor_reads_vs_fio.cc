@@ -111,7 +111,7 @@ int Main(int argc, char** argv) {
                           "/kvtier_exec_bench_" + std::to_string(::getpid());
   const ModelSpec model = Model();
   HwExecutorOptions o;
-  o.backend = DeviceBackend::kHost;
+  o.backend = BackendKind::kHost;
   o.store_dir = dir;
   o.store_capacity = Bytes(kChunks + 64) * (64 << 10);
   o.max_memory = 512ull << 20;

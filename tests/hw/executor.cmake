@@ -10,3 +10,5 @@ foreach(t hw_cli_test hw_run_test)
   add_dependencies(${t} kvtier)
   target_compile_definitions(${t} PRIVATE KVTIER_CLI="$<TARGET_FILE:kvtier>")
 endforeach()
+kvtier_add_test(NAME hw_device_backend_test SOURCES device_backend_test.cc
+                LIBS kvtier_hw kvtier_testutil LABELS unit)

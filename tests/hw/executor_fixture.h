@@ -83,7 +83,7 @@ inline float Agreeing(const Request&, int layer, int, std::int64_t t) { return f
 
 inline HwExecutorOptions Options(const std::string& dir, const SystemOptions& s) {
   HwExecutorOptions o;
-  o.backend = DeviceBackend::kHost;
+  o.backend = BackendKind::kHost;
   o.store_dir = dir;
   o.store_capacity = 64ull << 20;
   o.max_memory = 64ull << 20;

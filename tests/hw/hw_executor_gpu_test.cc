@@ -9,6 +9,7 @@
 
 #include "core/pipeline.h"
 #include "hw/arena.h"
+#include "hw/device_backend.h"
 #include "hw/chunk_store.h"
 #include "tests/hw/executor_fixture.h"
 #include "tests/hw/hw_test_util.h"
@@ -27,7 +28,7 @@ TEST(HwExecutorGpu, CudaBackendRunsThePipeline) {
   ScratchDir dir;
   SystemOptions sys = System("as", 1024, 4096);
   HwExecutorOptions o = Options(dir.path(), sys);
-  o.backend = DeviceBackend::kCuda;
+  o.backend = BackendKind::kCuda;
   std::unique_ptr<HwExecutor> ex;
   Status s = HwExecutor::Create(TinyModel(), HardwareOptions{}, o, &ex);
   ASSERT_TRUE(s.ok()) << s.ToString();

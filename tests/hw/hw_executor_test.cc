@@ -240,6 +240,8 @@ TEST(HwExecutor, DependentsOfAFailedReadAreAbortedNamingIt) {
   EXPECT_GE(ht.start_s, rt.end_s);
   EXPECT_EQ(ct.status.message(), root);
   EXPECT_EQ(lt.status.code(), Status::Code::kAborted);
+  EXPECT_GE(lt.start_s, lt.submit_s);  // completed at once, when it was submitted
+  EXPECT_EQ(lt.start_s, lt.end_s);
   EXPECT_EQ(ex->stats().bytes_h2d, 0u);  // no copy ran
   EXPECT_EQ(ex->stats().compute_ops, 0u);
 }

@@ -202,7 +202,7 @@ TEST_P(IoEngineTest, CapsOnOpsAndBytesInFlightHold) {
 
 TEST_P(IoEngineTest, FixedBuffersFromHostArenaGiveSameBytes) {
   std::unique_ptr<HostArena> arena;
-  ASSERT_TRUE(HostArena::Create({4 << 20, 2, true, true, false}, &arena).ok());
+  ASSERT_TRUE(HostArena::Create({4 << 20, 2, true, true}, &arena).ok());
   IoEngineOptions o;
   o.fixed_buffers = arena->iovecs();
   auto engine = Make(o);
