@@ -1,5 +1,6 @@
 // DeviceBackend (hw/device_backend.h): the host implementation's memory, copies, gathers and
-// compute, and the choice of backend.
+// compute; the choice of backend; and fault injection at the interface: a backend that fails
+// one copy makes that operation fail in HwExecutor, and the Pipeline's run with it.
 
 #include "hw/device_backend.h"
 
@@ -7,6 +8,7 @@
 
 #include <cstring>
 #include <numeric>
+#include <ostream>
 #include <vector>
 
 #include "core/pipeline.h"
@@ -122,6 +124,124 @@ TEST(DeviceBackend, HostModeledComputeLastsTheCostModelsDuration) {
   ASSERT_TRUE(b->Compute(op, &when).ok());
   EXPECT_GE(when.end_s - when.start_s, timer.OpSeconds(op));
 }
+
+// Fault injection at the backend: the second call of one kind -- an H2D or D2H copy, a
+// gather, a compute step -- fails with a CUDA error, as a failed cudaMemcpyAsync or kernel
+// launch would. The op that made the call fails with that error (a failed copy or gather is
+// the only failed transfer in the run log), what depends on it is aborted and moved nothing,
+// and the Pipeline fails the request (or, for a background copy, the run at Finish) with the
+// error annotated with the op: the status a driver records as the failed run and turns into
+// exit 3 (issue 12; tests/hw/hw_cli_test.cc checks that path end to end).
+enum class Fault { kH2D, kD2H, kGather, kCompute };
+
+struct FaultCase {
+  Fault fault;
+  const char* system;
+  Bytes gpu, cpu;
+  const char* op_name;  // how the failure names the op (DescribeOp)
+  friend void PrintTo(const FaultCase& c, std::ostream* os) {
+    *os << c.op_name << " fails in " << c.system;
+  }
+};
+
+class FailNth : public DeviceBackendWrapper {
+ public:
+  FailNth(std::unique_ptr<DeviceBackend> target, Fault fault, int n, int* calls)
+      : DeviceBackendWrapper(std::move(target)), fault_(fault), n_(n), calls_(calls) {}
+
+  Status Copy(CopyDirection direction, std::span<const CopyPiece> pieces, std::uint32_t copies,
+              const std::function<void()>& release, Interval* when) override {
+    const Fault f = direction == CopyDirection::kHostToDevice ? Fault::kH2D : Fault::kD2H;
+    if (Hit(f)) {
+      if (release) release();  // the contract: buffers are handed back when the copy failed
+      *when = {};
+      return Injected();
+    }
+    return DeviceBackendWrapper::Copy(direction, pieces, copies, release, when);
+  }
+  Status Gather(std::span<const CopyPiece> pieces) override {
+    if (Hit(Fault::kGather)) return Injected();
+    return DeviceBackendWrapper::Gather(pieces);
+  }
+  Status Compute(const ComputeOp& op, Interval* when) override {
+    if (Hit(Fault::kCompute)) {
+      *when = {};
+      return Injected();
+    }
+    return DeviceBackendWrapper::Compute(op, when);
+  }
+
+ private:
+  bool Hit(Fault f) { return f == fault_ && ++*calls_ == n_; }
+  static Status Injected() {
+    return Status::CudaError("injected: an illegal memory access was encountered");
+  }
+  Fault fault_;
+  int n_;
+  int* calls_;  // calls of the faulted kind so far (lanes are serial per kind)
+};
+
+class BackendFault : public ::testing::TestWithParam<FaultCase> {};
+
+TEST_P(BackendFault, FailsItsOperationAndTheRun) {
+  const FaultCase& fc = GetParam();
+  ScratchDir dir;
+  const SystemOptions sys = System(fc.system, fc.gpu, fc.cpu);
+  HwExecutorOptions o = Options(dir.path(), sys);
+  int calls = 0;
+  o.wrap_backend = [&](std::unique_ptr<DeviceBackend> b) -> std::unique_ptr<DeviceBackend> {
+    return std::make_unique<FailNth>(std::move(b), fc.fault, 2, &calls);
+  };
+  std::unique_ptr<HwExecutor> ex;
+  ASSERT_TRUE(HwExecutor::Create(TinyModel(), HardwareOptions{}, o, &ex).ok());
+  MemoryRunLog log;
+  ScriptedScores scores(Agreeing);
+  PipelineOptions po;
+  po.system = sys;
+  Pipeline pipeline(TinyModel(), po, ex.get(), &scores, &log);
+  Status failure;
+  for (const Request& r : Requests()) {
+    failure = pipeline.Run(r);
+    if (!failure.ok()) break;
+  }
+  const Status finish = pipeline.Finish();
+  if (failure.ok()) failure = finish;
+  ex->Drain();
+  ASSERT_GE(calls, 2) << "the scenario must make the faulted call twice";
+  ASSERT_FALSE(failure.ok()) << "the run must fail";
+  EXPECT_EQ(failure.code(), Status::Code::kCudaError) << failure.ToString();
+  EXPECT_NE(failure.ToString().find(std::string(fc.op_name) + " ("), std::string::npos)
+      << failure.ToString();
+  EXPECT_NE(failure.ToString().find("injected: an illegal memory access"), std::string::npos);
+  int failed = 0;
+  for (const TransferRecord& t : log.transfers) {
+    if (t.outcome == TransferOutcome::kFailed) {
+      ++failed;
+      EXPECT_EQ(TransferKindName(t.kind), fc.op_name);
+    }
+    if (t.outcome == TransferOutcome::kAborted) {
+      EXPECT_EQ(t.bytes, 0u);
+    }
+  }
+  // The log holds transfers only: a failed compute step shows in the failure alone.
+  EXPECT_EQ(failed, fc.fault == Fault::kCompute ? 0 : 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AtTheInterface, BackendFault,
+    ::testing::Values(FaultCase{Fault::kH2D, "as", 0, 0, "h2d"},
+                      FaultCase{Fault::kD2H, "as", 1024, 4096, "d2h"},
+                      FaultCase{Fault::kGather, "spec", 0, 0, "cpu_gather"},
+                      FaultCase{Fault::kCompute, "as", 0, 0, "layer_prefill"}),
+    [](const ::testing::TestParamInfo<FaultCase>& info) {
+      switch (info.param.fault) {
+        case Fault::kH2D: return std::string("H2D");
+        case Fault::kD2H: return std::string("D2H");
+        case Fault::kGather: return std::string("Gather");
+        case Fault::kCompute: return std::string("Compute");
+      }
+      return std::string("?");
+    });
 
 }  // namespace
 }  // namespace kvtier::hw
