@@ -12,3 +12,5 @@ foreach(t hw_cli_test hw_run_test)
 endforeach()
 kvtier_add_test(NAME hw_device_backend_test SOURCES device_backend_test.cc
                 LIBS kvtier_hw kvtier_testutil LABELS unit)
+kvtier_add_test(NAME hw_cake_test SOURCES hw_cake_test.cc
+                LIBS kvtier_hw kvtier_testutil LABELS unit)
