@@ -128,7 +128,11 @@ class HwBackend : public ExperimentBackend {
         }
       }
     }
-    executor_->ResetClock();  // times are since the run started; setup and prewarm excluded
+    // Times are since the run started; setup and prewarm excluded. (cuda: a failure to
+    // re-anchor the device's events is a run-time failure like a failed prewarm write.)
+    if (Status st = executor_->ResetClock(); failure.ok()) {
+      failure = st.Annotate("restarting the executor's clock");
+    }
     return failure;
   }
 
