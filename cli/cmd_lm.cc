@@ -8,9 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -19,6 +17,7 @@
 #include "cli/command_line.h"
 #include "cli/commands.h"
 #include "core/errors.h"
+#include "core/input_file.h"
 #include "models/llama.h"
 
 namespace kvtier::cli {
@@ -109,11 +108,7 @@ int RunLm(const Args& args) {
   }
   // perplexity
   const std::string file = need("text");
-  std::ifstream f(file, std::ios::binary);
-  if (!f) throw InputError("--text: cannot read " + file);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::vector<int32_t> ids = tok.Encode(ss.str());
+  const std::vector<int32_t> ids = tok.Encode(ReadInputFile(file, kMaxDataFileBytes, "--text"));
   if (ids.size() < 2) throw InputError(file + ": fewer than 2 tokens");
   t0 = std::chrono::steady_clock::now();
   const double ppl = model->Perplexity(ids);

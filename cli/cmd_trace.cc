@@ -14,6 +14,7 @@
 #include "cli/progress.h"
 #include "core/config.h"
 #include "core/errors.h"
+#include "core/input_file.h"
 #include "traces/generator.h"
 #include "traces/importance_fit.h"
 #include "traces/mooncake.h"
@@ -75,8 +76,8 @@ bool Parse(Options* o, const Args& args, const char* command, const char* usage,
     auto it = vm.find("config");
     if (it != vm.end()) {
       const std::string path = it->second.as<std::string>();
-      std::ifstream file(path);
-      if (!file) throw InputError(path + ": cannot open config");
+      std::istringstream file(
+          ReadInputFile(path, kMaxConfigFileBytes, "configuration file", InputKind::kConfig));
       std::istringstream in(StripIniComments(file));  // ';' comments too
       po::variables_map ini_vm;
       try {

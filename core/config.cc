@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -11,6 +10,7 @@
 #include <boost/program_options.hpp>
 
 #include "core/errors.h"
+#include "core/input_file.h"
 #include "core/units.h"
 
 namespace kvtier {
@@ -81,10 +81,10 @@ std::string Trim(const std::string& s) {
   return s.substr(b, e - b + 1);
 }
 
-// Maps each dotted key of an INI file to the line it is on (Boost does not report lines).
-std::map<std::string, int> KeyLines(const std::string& path) {
+// Maps each dotted key of an INI text to the line it is on (Boost does not report lines).
+std::map<std::string, int> KeyLines(const std::string& text) {
   std::map<std::string, int> lines;
-  std::ifstream in(path);
+  std::istringstream in(text);
   std::string line, section;
   for (int number = 1; std::getline(in, line); ++number) {
     std::string t = Trim(line.substr(0, line.find_first_of("#;")));
@@ -103,8 +103,8 @@ std::map<std::string, int> KeyLines(const std::string& path) {
 }
 
 // Finds the line of the first syntactically broken line, for Boost's "invalid line" errors.
-int FirstBadLine(const std::string& path) {
-  std::ifstream in(path);
+int FirstBadLine(const std::string& text) {
+  std::istringstream in(text);
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
     std::string t = Trim(line.substr(0, line.find_first_of("#;")));
@@ -113,6 +113,21 @@ int FirstBadLine(const std::string& path) {
     if (t.find('=') == std::string::npos) return number;
   }
   return 0;
+}
+
+// The text of an INI file, read once (a FIFO works; /dev/zero and directories are errors,
+// core/input_file.h), with a UTF-8 byte-order mark dropped (editors on Windows write one) and
+// NUL bytes refused (Boost would cut the value at one, silently).
+std::string ReadIniText(const std::string& path) {
+  std::string text = ReadInputFile(path, kMaxConfigFileBytes, "configuration file",
+                                   InputKind::kConfig);
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
+  if (const auto nul = text.find('\0'); nul != std::string::npos) {
+    const int line = 1 + int(std::count(text.begin(), text.begin() + std::ptrdiff_t(nul), '\n'));
+    throw ConfigError(path + ":" + std::to_string(line) +
+                      ": contains a NUL byte (is it a text file?)");
+  }
+  return text;
 }
 
 po::options_description KeyTable() {
@@ -132,19 +147,19 @@ struct FileEntry {
 // Reads one INI file into (key, value, origin) entries, rejecting unknown keys, bad values and
 // keys set twice. `allow_include` is true for the experiment file only.
 std::vector<FileEntry> ReadIni(const std::string& path, bool allow_include) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(path + ": cannot open configuration file");
-  auto lines = KeyLines(path);
+  const std::string text = ReadIniText(path);
+  auto lines = KeyLines(text);
   auto origin = [&](const std::string& key) {
     auto it = lines.find(key);
     return it == lines.end() ? path : path + ":" + std::to_string(it->second);
   };
-  std::stringstream stripped(StripIniComments(in));
+  std::istringstream raw(text);
+  std::stringstream stripped(StripIniComments(raw));
   po::parsed_options parsed(nullptr);
   try {
     parsed = po::parse_config_file(stripped, KeyTable(), /*allow_unregistered=*/true);
   } catch (const po::error& e) {
-    int bad = FirstBadLine(path);
+    int bad = FirstBadLine(text);
     throw ConfigError(path + (bad ? ":" + std::to_string(bad) : std::string()) + ": " + e.what());
   }
   std::vector<FileEntry> entries;
@@ -319,6 +334,19 @@ std::string Config::Where(std::string_view key) const {
   auto it = values_.find(key);
   std::string origin = it == values_.end() ? "configuration" : it->second.origin;
   return origin + ": " + std::string(key);
+}
+
+std::string Config::Where(std::string_view key, std::string_view related) const {
+  auto it = values_.find(key);
+  auto rel = values_.find(related);
+  std::string out = it == values_.end() ? "configuration: " + std::string(key)
+                                        : it->second.origin + ": " + std::string(key) + " = " +
+                                              it->second.text;
+  if (rel != values_.end()) {
+    out += " (with " + std::string(related) + " = " + rel->second.text + " from " +
+           rel->second.origin + ")";
+  }
+  return out;
 }
 
 namespace {

@@ -80,6 +80,10 @@ class Config {
   const std::vector<std::string>& files() const { return files_; }
   // A ConfigError message prefix for `key`: "file:line: key" or "command line: key".
   std::string Where(std::string_view key) const;
+  // The same for a check of `key` against `related`, naming where each was set, so the file
+  // that set the offending value is named whichever of the two it is:
+  // "models/m.ini:6: model.kv_heads = 32 (with model.heads = 33 from exp.ini:4)".
+  std::string Where(std::string_view key, std::string_view related) const;
 
  private:
   std::map<std::string, Value, std::less<>> values_;

@@ -22,6 +22,18 @@ double Positive(const Config& c, const char* key, double v) {
   return v;
 }
 
+long long NonNegativeInt(const Config& c, const char* key) {
+  const long long v = c.GetInt(key);
+  if (v < 0) throw ConfigError(c.Where(key) + ": must be >= 0, got " + std::to_string(v));
+  return v;
+}
+
+Bytes PositiveBytes(const Config& c, const char* key) {
+  const Bytes v = c.GetBytes(key);
+  if (v == 0) throw ConfigError(c.Where(key) + ": must be > 0");
+  return v;
+}
+
 // A path key's value with "~/" expanded and a relative path made relative to the directory of
 // the file that set it (origin "file:line"); set on the command line, relative to the working
 // directory. So a hardware profile can name a file that sits next to it.
@@ -58,11 +70,13 @@ ModelSpec BuildModelSpec(const Config& c) {
     throw ConfigError(c.Where("model.layers") + ": at most " + std::to_string(kMaxLayers));
   }
   if (m.heads % m.kv_heads != 0) {
-    throw ConfigError(c.Where("model.kv_heads") + ": heads (" + std::to_string(m.heads) +
+    throw ConfigError(c.Where("model.kv_heads", "model.heads") + ": heads (" +
+                      std::to_string(m.heads) +
                       ") must be a multiple of kv_heads (" + std::to_string(m.kv_heads) + ")");
   }
   if (m.family == ModelFamily::kOpt && m.kv_heads != m.heads) {
-    throw ConfigError(c.Where("model.kv_heads") + ": OPT models have no GQA (kv_heads = heads)");
+    throw ConfigError(c.Where("model.kv_heads", "model.family") +
+                      ": OPT models have no GQA (kv_heads = heads)");
   }
   return m;
 }
@@ -92,6 +106,12 @@ HardwareOptions BuildHardwareOptions(const Config& c) {
   h.gpu_mem_bw = Positive(c, "gpu.mem_bw", c.GetBandwidth("gpu.mem_bw"));
   h.gpu_kernel_overhead = c.GetDuration("gpu.kernel_overhead");
   h.gpu_concurrent_prefills = PositiveInt(c, "gpu.concurrent_prefills");
+  // Each concurrent prefill is an in-flight request holding a pin slot of the caches.
+  if (h.gpu_concurrent_prefills > TieredCache::kMaxHolders) {
+    throw ConfigError(c.Where("gpu.concurrent_prefills") + ": at most " +
+                      std::to_string(TieredCache::kMaxHolders) + " concurrent prefills, got " +
+                      std::to_string(h.gpu_concurrent_prefills));
+  }
   h.gpu_layer_table = ResolvePathKey(c, "gpu.layer_table");
   return h;
 }
@@ -111,7 +131,8 @@ SystemOptions BuildSystemOptions(const Config& c, const ModelSpec& model) {
   s.itf_options.alpha = c.GetDouble("itf.alpha");
   s.itf_options.retention = s.retention;
   if (s.itf_options.probe_heads < 1 || s.itf_options.probe_heads > model.kv_heads) {
-    throw ConfigError(c.Where("itf.probe_heads") + ": must be in [1, kv_heads = " +
+    throw ConfigError(c.Where("itf.probe_heads", "model.kv_heads") +
+                      ": must be in [1, kv_heads = " +
                       std::to_string(model.kv_heads) + "]");
   }
   if (s.itf_options.alpha < 0) throw ConfigError(c.Where("itf.alpha") + ": must be >= 0");
@@ -143,7 +164,7 @@ SystemOptions BuildSystemOptions(const Config& c, const ModelSpec& model) {
   for (const char* key : {"cache.gpu_capacity", "cache.cpu_capacity"}) {
     Bytes cap = c.GetBytes(key);
     if (s.reuse && cap != 0 && cap < chunk) {
-      throw ConfigError(c.Where(key) + ": " + c.GetString(key) +
+      throw ConfigError(c.Where(key, "cache.chunk_tokens") + ": " + c.GetString(key) +
                         " is smaller than one chunk (" + std::to_string(chunk) + " B = " +
                         std::to_string(s.chunk_tokens) + " tokens of " + model.name +
                         "); use 0 to disable the tier");
@@ -158,12 +179,19 @@ ExperimentOptions BuildOptions(const Config& c) {
   o.model = BuildModelSpec(c);
   o.hardware = BuildHardwareOptions(c);
   o.system = BuildSystemOptions(c, o.model);
-  o.run.warmup_requests = static_cast<int>(c.GetInt("run.warmup_requests"));
+  const long long warmup = NonNegativeInt(c, "run.warmup_requests");
+  if (warmup > (1LL << 30)) throw ConfigError(c.Where("run.warmup_requests") + ": at most 2^30");
+  o.run.warmup_requests = static_cast<int>(warmup);
   o.run.prewarm = c.GetBool("run.prewarm");
-  o.run.max_requests = c.GetInt("run.max_requests");
+  o.run.max_requests = NonNegativeInt(c, "run.max_requests");
   o.run.seed = c.GetInt("run.seed");
   o.trace = c.GetString("workload.trace");
   o.importance = c.GetString("workload.importance");
+  // `kvtier hw`'s sizes, checked here so `kvtier config --check` rejects them too (hw/run_hw.cc
+  // reads them; what fits with a given model is checked when its executor starts).
+  PositiveBytes(c, "hw.max_memory");
+  PositiveBytes(c, "hw.ring");
+  PositiveBytes(c, "hw.store_capacity");
   return o;
 }
 

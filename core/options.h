@@ -75,10 +75,13 @@ struct ExperimentOptions {
   std::string importance;  // workload.importance
 };
 
-// Builds and validates. Checks include: model dimensions positive and consistent
+// Builds and validates; the one place every key's range is checked, so `kvtier config --check`
+// rejects what a run would. Checks include: model dimensions positive and consistent
 // (heads * head_dim == hidden for OPT; heads % kv_heads == 0), retention in (0, 1],
 // probe heads in [1, kv_heads], caches at least one chunk, chunk_tokens in [1, 65535],
-// bandwidths > 0, queue depth >= 1.
+// bandwidths > 0, queue depth >= 1, gpu.concurrent_prefills in [1, 32], run.max_requests and
+// run.warmup_requests >= 0, hw.max_memory, hw.ring and hw.store_capacity > 0. An error about
+// two related keys names where each was set (Config::Where(key, related)).
 ExperimentOptions BuildOptions(const Config& config);
 ModelSpec BuildModelSpec(const Config& config);
 HardwareOptions BuildHardwareOptions(const Config& config);

@@ -11,12 +11,13 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "core/errors.h"
+#include "core/input_file.h"
 #include "core/itf.h"
 
 namespace kvtier {
@@ -185,8 +186,7 @@ class JsonParser {
 // Calls fn(json, "file:line") for every non-empty line of a JSON-lines file.
 template <typename Fn>
 void ForEachJsonLine(const std::string& path, Fn fn) {
-  std::ifstream in(path);
-  if (!in) throw InputError(path + ": cannot open (task data missing?)");
+  std::istringstream in(ReadInputFile(path, kMaxDataFileBytes, "task data"));
   std::string line;
   int lineno = 0;
   while (std::getline(in, line)) {
@@ -236,8 +236,7 @@ std::vector<McItem> LoadPiqa(const std::string& dir, std::string* source) {
     it.choices = {" " + Str(j, "sol1", where), " " + Str(j, "sol2", where)};
     items.push_back(std::move(it));
   });
-  std::ifstream in(labels);
-  if (!in) throw InputError(labels + ": cannot open (task data missing?)");
+  std::istringstream in(ReadInputFile(labels, kMaxDataFileBytes, "task labels"));
   std::string line;
   size_t n = 0;
   while (std::getline(in, line) && n < items.size()) {

@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <tuple>
 
 #include "core/check.h"
 #include "core/errors.h"
+#include "core/input_file.h"
 #include "core/units.h"
 #include "models/cost_model.h"
 
@@ -190,8 +190,8 @@ LayerTable ParseLayerTable(std::istream& in, const std::string& name) {
 }
 
 LayerTable ReadLayerTable(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(path + ": cannot open the layer table (gpu.layer_table)");
+  std::istringstream in(ReadInputFile(path, kMaxConfigFileBytes, "layer table (gpu.layer_table)",
+                                     InputKind::kConfig));
   return ParseLayerTable(in, path);
 }
 

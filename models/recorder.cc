@@ -6,11 +6,11 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <random>
 #include <sstream>
 
 #include "core/errors.h"
+#include "core/input_file.h"
 #include "core/itf.h"
 #include "models/decode.h"
 #include "traces/trace_io.h"
@@ -125,10 +125,8 @@ std::vector<PromptGroup> BuildRagPrompts(const LlamaModel& model, const std::str
   const size_t doc_words = std::max<size_t>(4, static_cast<size_t>(o.doc_tokens * 3 / 4));
   std::vector<std::vector<std::string>> docs;
   for (const std::string& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    const std::vector<std::string> w = Words(BookBody(ss.str()));
+    const std::vector<std::string> w =
+        Words(BookBody(ReadInputFile(f, kMaxDataFileBytes, "text document")));
     for (size_t a = 0; a + doc_words <= w.size(); a += doc_words) {
       docs.emplace_back(w.begin() + a, w.begin() + a + doc_words);
     }

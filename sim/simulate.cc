@@ -77,12 +77,7 @@ SimulationResult RunSimulation(const Config& config, const std::string& trace_pa
                                const std::string& out_path, const ProgressFn& progress) {
   Experiment experiment(config, trace_path, out_path);
   const ExperimentOptions& opts = experiment.options();
-  // Each concurrent prefill is an in-flight request holding a pin slot of the caches.
-  if (opts.hardware.gpu_concurrent_prefills > TieredCache::kMaxHolders) {
-    throw ConfigError(config.Where("gpu.concurrent_prefills") + ": at most " +
-                      std::to_string(TieredCache::kMaxHolders) + " concurrent prefills, got " +
-                      std::to_string(opts.hardware.gpu_concurrent_prefills));
-  }
+  // gpu.concurrent_prefills <= TieredCache::kMaxHolders was checked by BuildOptions.
   // Read the measured layer table (if any) before touching the output: a bad one is exit 2.
   std::optional<ComputeTimer> timer;
   try {

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/errors.h"
@@ -257,6 +259,101 @@ TEST_F(ConfigTest, SyntaxErrorNamesTheLine) {
 TEST_F(ConfigTest, MissingExperimentFile) {
   const std::string msg = ErrorOf([&] { Config::Load((root_ / "nope.ini").string(), {}); });
   EXPECT_NE(msg.find("nope.ini"), std::string::npos) << msg;
+}
+
+// --- Reliability regressions (issue 18): inputs that hung, were misread or were accepted. ---
+
+TEST_F(ConfigTest, DevZeroAsConfigIsAnErrorNotAHang) {
+  const std::string msg = ErrorOf([&] { Config::Load("/dev/zero", {}); });
+  EXPECT_NE(msg.find("/dev/zero"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("larger than 16 MiB"), std::string::npos) << msg;
+}
+
+TEST_F(ConfigTest, DevZeroAsIncludeIsAnErrorNotAHang) {
+  const std::string path = Experiment("", "[include]\nmodel = /dev/zero\nhardware = hw\n");
+  const std::string msg = ErrorOf([&] { Config::Load(path, {}); });
+  EXPECT_NE(msg.find("/dev/zero"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("larger than 16 MiB"), std::string::npos) << msg;
+}
+
+TEST_F(ConfigTest, DirectoryAsConfigSaysItIsADirectory) {
+  const std::string msg = ErrorOf([&] { Config::Load(root_.string(), {}); });
+  EXPECT_NE(msg.find(root_.string()), std::string::npos) << msg;
+  EXPECT_NE(msg.find("is a directory"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("model.name"), std::string::npos) << "not a missing-key error: " << msg;
+}
+
+TEST_F(ConfigTest, FifoConfigIsReadOnce) {
+  // Read once, a FIFO works (`--config <(make-config)`); its writer writes it exactly once.
+  const std::string fifo = (root_ / "experiments" / "fifo.ini").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string text = "[include]\nmodel = " + (root_ / "models/m.ini").string() +
+                           "\nhardware = " + (root_ / "hardware/hw.ini").string() +
+                           "\n[cache]\ngpu_capacity = 3GiB\n";
+  const pid_t writer = ::fork();
+  if (writer == 0) {
+    std::ofstream(fifo) << text;
+    _exit(0);
+  }
+  const Config c = Config::Load(fifo, {});
+  ::waitpid(writer, nullptr, 0);
+  EXPECT_EQ(c.Get("cache.gpu_capacity").text, "3GiB");
+  EXPECT_EQ(c.Get("cache.gpu_capacity").origin, fifo + ":5");
+  EXPECT_EQ(c.Get("model.name").text, "m");
+}
+
+TEST_F(ConfigTest, Utf8ByteOrderMarkIsSkipped) {
+  const std::string path = Experiment("[cache]\ngpu_capacity = 4GiB\n",
+                                      "\xEF\xBB\xBF[include]\nmodel = m\nhardware = hw\n");
+  const Config c = Config::Load(path, {});
+  EXPECT_EQ(c.Get("cache.gpu_capacity").text, "4GiB");
+  EXPECT_EQ(c.Get("cache.gpu_capacity").origin, path + ":5");
+  EXPECT_EQ(c.Get("model.name").text, "m");
+}
+
+TEST_F(ConfigTest, NulByteInAValueIsRejectedNotCut) {
+  static constexpr char kBody[] = "[cache]\ngpu_capacity = 4GiB\0junk\n";
+  const std::string body(kBody, sizeof kBody - 1);
+  const std::string path = Experiment(body);
+  const std::string msg = ErrorOf([&] { Config::Load(path, {}); });
+  EXPECT_NE(msg.find(path + ":6"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("NUL byte"), std::string::npos) << msg;
+}
+
+TEST_F(ConfigTest, NegativeMaxRequestsAndWarmupAreRejected) {
+  for (const std::string key : {"run.max_requests", "run.warmup_requests"}) {
+    const std::string msg =
+        ErrorOf([&] { BuildOptions(Config::Load(Experiment(""), {key + "=-1"})); });
+    EXPECT_NE(msg.find("command line: " + key), std::string::npos) << msg;
+    EXPECT_NE(msg.find("must be >= 0, got -1"), std::string::npos) << msg;
+  }
+  EXPECT_NO_THROW(BuildOptions(Config::Load(Experiment(""), {"run.max_requests=0"})));
+}
+
+TEST_F(ConfigTest, ZeroHwMaxMemoryIsRejectedByTheCheck) {
+  for (const std::string key : {"hw.max_memory", "hw.ring", "hw.store_capacity"}) {
+    const std::string msg =
+        ErrorOf([&] { BuildOptions(Config::Load(Experiment(""), {key + "=0"})); });
+    EXPECT_NE(msg.find("command line: " + key + ": must be > 0"), std::string::npos) << msg;
+  }
+}
+
+TEST_F(ConfigTest, ConcurrentPrefills33IsRejectedByTheCheck) {
+  const std::string path = Experiment("[gpu]\nconcurrent_prefills = 33\n");
+  const std::string msg = ErrorOf([&] { BuildOptions(Config::Load(path, {})); });
+  EXPECT_NE(msg.find(path + ":6: gpu.concurrent_prefills"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("at most 32"), std::string::npos) << msg;
+  EXPECT_NO_THROW(BuildOptions(Config::Load(path, {"gpu.concurrent_prefills=32"})));
+}
+
+TEST_F(ConfigTest, ErrorAboutTwoKeysNamesTheFileOfEach) {
+  // heads set by the experiment, kv_heads by the model file: both files are named.
+  const std::string path =
+      Experiment("[model]\nheads = 7\n", "[include]\nmodel = gqa\nhardware = hw\n");
+  const std::string msg = ErrorOf([&] { BuildOptions(Config::Load(path, {})); });
+  EXPECT_NE(msg.find("model.heads = 7 from " + path + ":5"), std::string::npos) << msg;
+  const std::string model_file = (root_ / "models/gqa.ini").lexically_normal().string();
+  EXPECT_NE(msg.find(model_file + ":7: model.kv_heads"), std::string::npos) << msg;
 }
 
 }  // namespace
