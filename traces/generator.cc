@@ -118,7 +118,7 @@ double Bisect(F f, double target, double lo, double hi, bool increasing, int ite
 void ValidateWorkload(const WorkloadParams& w) {
   auto bad = [](const std::string& what) { throw InputError("workload: " + what); };
   if (w.kind != "fewshot" && w.kind != "rag") bad("kind: expected fewshot or rag, got '" + w.kind + "'");
-  if (w.requests < 0) bad("requests: must be >= 0");
+  if (w.requests < 1) bad("requests: must be >= 1 (an empty trace would replay nothing)");
   if (w.arrival != "poisson" && w.arrival != "closed") bad("arrival: expected poisson or closed");
   if (!(w.rate > 0)) bad("rate: must be > 0");
   if (w.clients < 1) bad("clients: must be >= 1");

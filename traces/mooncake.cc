@@ -1,15 +1,21 @@
 #include "traces/mooncake.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
+#include <filesystem>
 
 #include "core/errors.h"
 #include "traces/trace_io.h"
 
 namespace kvtier {
 namespace {
+
+namespace fs = std::filesystem;
 
 // Minimal JSON reader for one line: an object whose values are numbers, arrays of numbers, or
 // anything else (skipped). Errors carry the column.
@@ -110,47 +116,115 @@ class LineParser {
     i_ += static_cast<std::size_t>(end - begin);
     return v;
   }
+  // Skips one JSON value of any nesting depth without recursion (a line of 10^5 '[' used to
+  // overflow the stack): `open` holds the closing bracket of every container entered.
   void SkipValue() {
-    const char c = Peek();
-    if (c == '"') {
-      String();
-    } else if (c == '{' || c == '[') {
-      const char close = c == '{' ? '}' : ']';
-      ++i_;
-      Ws();
-      if (Peek() == close) {
+    std::string open;
+    while (true) {
+      const char c = Peek();
+      if (c == '{' || c == '[') {
         ++i_;
-        return;
-      }
-      while (true) {
         Ws();
-        if (c == '{') {
-          String();
-          Ws();
-          Expect(':');
-          Ws();
+        if (Peek() == (c == '{' ? '}' : ']')) {
+          ++i_;  // empty container: a complete value
+        } else {
+          open.push_back(c == '{' ? '}' : ']');
+          if (c == '{') Member();
+          continue;  // the first element
         }
-        SkipValue();
+      } else if (c == '"') {
+        String();
+      } else if (s_.compare(i_, 4, "true") == 0 || s_.compare(i_, 4, "null") == 0) {
+        i_ += 4;
+      } else if (s_.compare(i_, 5, "false") == 0) {
+        i_ += 5;
+      } else {
+        Number("value");
+      }
+      // A value is complete: close containers until one has a next element.
+      while (true) {
+        if (open.empty()) return;
         Ws();
         if (Peek() == ',') {
           ++i_;
-          continue;
+          Ws();
+          if (open.back() == '}') Member();
+          break;
         }
-        Expect(close);
-        return;
+        Expect(open.back());
+        open.pop_back();
       }
-    } else if (s_.compare(i_, 4, "true") == 0 || s_.compare(i_, 4, "null") == 0) {
-      i_ += 4;
-    } else if (s_.compare(i_, 5, "false") == 0) {
-      i_ += 5;
-    } else {
-      Number("value");
     }
+  }
+  // `"key" :` of an object member, leaving the position at its value.
+  void Member() {
+    String();
+    Ws();
+    Expect(':');
+    Ws();
   }
 
   const std::string& s_;
   std::string where_;
   std::size_t i_ = 0;
+};
+
+// The lines of a JSON-lines file, read once through one descriptor (a pipe such as
+// `<(zcat trace.jsonl.gz)` works) with a bound on the line length, so an endless input without
+// a newline (/dev/zero) is an error instead of an ever-growing line.
+class LineReader {
+ public:
+  static constexpr std::size_t kMaxLine = std::size_t(1) << 20;  // real lines: ~2 KB
+
+  explicit LineReader(const std::string& path) : path_(path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      throw TraceError(path + ": is a directory, not a JSON-lines file");
+    }
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) throw TraceError(path + ": cannot open: " + std::strerror(errno));
+  }
+  ~LineReader() { ::close(fd_); }
+  LineReader(const LineReader&) = delete;
+  LineReader& operator=(const LineReader&) = delete;
+
+  // The next line without its '\n'; false at the end of the file. Throws TraceError.
+  bool Next(std::string* line, std::int64_t lineno) {
+    line->clear();
+    while (true) {
+      if (pos_ == end_) {
+        if (eof_) return !line->empty();
+        const ssize_t n = ::read(fd_, buf_, sizeof buf_);
+        if (n < 0) {
+          if (errno == EINTR) continue;
+          throw TraceError(path_ + ": read error: " + std::strerror(errno));
+        }
+        if (n == 0) {
+          eof_ = true;
+          continue;
+        }
+        pos_ = 0;
+        end_ = std::size_t(n);
+      }
+      const char* start = buf_ + pos_;
+      const char* nl = static_cast<const char*>(std::memchr(start, '\n', end_ - pos_));
+      const std::size_t take = nl ? std::size_t(nl - start) : end_ - pos_;
+      if (line->size() + take > kMaxLine) {
+        throw TraceError(path_ + ":" + std::to_string(lineno) + ": line longer than " +
+                         std::to_string(kMaxLine >> 20) + " MiB (is it a JSON-lines file?)");
+      }
+      line->append(start, take);
+      pos_ += take + (nl ? 1 : 0);
+      if (nl) return true;
+    }
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  char buf_[1 << 16];
+  std::size_t pos_ = 0, end_ = 0;
+  bool eof_ = false;
 };
 
 std::int64_t NonNegativeInt(double v, const std::string& where, const char* key) {
@@ -169,8 +243,18 @@ MooncakeImportSummary ImportMooncake(const std::string& jsonl_path, const std::s
     throw InputError("import-mooncake: chunk tokens (" + std::to_string(opt.chunk_tokens) +
                      ") must divide block tokens (" + std::to_string(opt.block_tokens) + ")");
   }
-  std::ifstream in(jsonl_path);
-  if (!in) throw TraceError(jsonl_path + ": cannot open: " + std::strerror(errno));
+  {
+    // The output replaces its file only at the end, by rename: named as the input, it would
+    // replace the input with its own conversion.
+    std::error_code ec;
+    const fs::path in_abs = fs::absolute(jsonl_path, ec).lexically_normal();
+    const fs::path out_abs = fs::absolute(out_path, ec).lexically_normal();
+    if (in_abs == out_abs || fs::equivalent(jsonl_path, out_path, ec)) {
+      throw InputError("import-mooncake: --out " + out_path + " is the input file " + jsonl_path +
+                       "; name another output");
+    }
+  }
+  LineReader in(jsonl_path);
   TraceHeader header;
   header.producer = "kvtier trace import-mooncake";
   header.model = opt.model;
@@ -180,62 +264,64 @@ MooncakeImportSummary ImportMooncake(const std::string& jsonl_path, const std::s
   header.metadata = {{"source", "mooncake-fast25:" + base},
                      {"block_tokens", std::to_string(opt.block_tokens)},
                      {"arrival", "trace"}};
-  // Write to a temporary name first so a failed import leaves no half trace behind.
-  const std::string tmp = out_path + ".partial";
+  // TraceWriter writes <out>.partial and renames it at Close: a failed import (an exception
+  // unwinding past the writer) leaves no half trace behind.
   MooncakeImportSummary sum;
-  try {
-    TraceWriter writer(tmp, header);
-    const int split = opt.block_tokens / opt.chunk_tokens;
-    std::string line;
-    std::int64_t lineno = 0;
-    TraceRecord rec;
-    while (std::getline(in, line)) {
-      ++lineno;
-      const std::string where = jsonl_path + ":" + std::to_string(lineno);
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      const auto f = LineParser(line, where).Parse();
-      if (!f.has_ts || !f.has_in || !f.has_out || !f.has_ids) {
-        throw TraceError(where + ": missing field (need timestamp, input_length, output_length, "
-                         "hash_ids)");
-      }
-      const std::int64_t ts = NonNegativeInt(f.timestamp, where, "timestamp");
-      const std::int64_t input = NonNegativeInt(f.input_length, where, "input_length");
-      const std::int64_t output = NonNegativeInt(f.output_length, where, "output_length");
-      if (input < 1) throw TraceError(where + ": input_length must be >= 1");
-      const std::int64_t max_blocks = (input + opt.block_tokens - 1) / opt.block_tokens;
-      if (std::int64_t(f.hash_ids.size()) > max_blocks) {
-        throw TraceError(where + ": " + std::to_string(f.hash_ids.size()) +
-                         " hash_ids for input_length " + std::to_string(input) + " (at most " +
-                         std::to_string(max_blocks) + " blocks of " +
-                         std::to_string(opt.block_tokens) + ")");
-      }
-      rec.Clear();
-      Request& q = rec.request;
-      q.id = RequestId(lineno - 1);
-      q.arrival_s = double(ts) / 1000.0;
-      q.tokens_per_symbol = opt.chunk_tokens;
-      rec.prefix_kind = PrefixKind::kBlocks;
-      const std::int64_t full = std::min<std::int64_t>((input - 1) / opt.block_tokens,
-                                                       std::int64_t(f.hash_ids.size()));
-      for (std::int64_t b = 0; b < full; ++b) {
-        const std::int64_t id = NonNegativeInt(f.hash_ids[b], where, "hash_ids");
-        for (int j = 0; j < split; ++j) q.prefix.push_back(std::uint64_t(id) * split + j);
-      }
-      q.query_tokens = input - full * opt.block_tokens;
-      q.output_tokens = output;
-      writer.Write(rec);
+  TraceWriter writer(out_path, header);
+  const int split = opt.block_tokens / opt.chunk_tokens;
+  std::string line;
+  std::int64_t lineno = 0, prev_ts = -1, prev_line = 0;
+  TraceRecord rec;
+  while (in.Next(&line, lineno + 1)) {
+    ++lineno;
+    const std::string where = jsonl_path + ":" + std::to_string(lineno);
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const auto f = LineParser(line, where).Parse();
+    if (!f.has_ts || !f.has_in || !f.has_out || !f.has_ids) {
+      throw TraceError(where + ": missing field (need timestamp, input_length, output_length, "
+                       "hash_ids)");
     }
-    if (in.bad()) throw TraceError(jsonl_path + ": read error");
-    writer.Close();
-    sum.records = writer.records_written();
-    sum.bytes = writer.bytes_written();
-  } catch (...) {
-    std::remove(tmp.c_str());
-    throw;
+    const std::int64_t ts = NonNegativeInt(f.timestamp, where, "timestamp");
+    if (ts < prev_ts) {
+      throw TraceError(where + ": timestamp " + std::to_string(ts) + " is earlier than line " +
+                       std::to_string(prev_line) + "'s " + std::to_string(prev_ts) +
+                       " (requests must be in arrival order; sort the file by timestamp)");
+    }
+    prev_ts = ts;
+    prev_line = lineno;
+    const std::int64_t input = NonNegativeInt(f.input_length, where, "input_length");
+    const std::int64_t output = NonNegativeInt(f.output_length, where, "output_length");
+    if (input < 1) throw TraceError(where + ": input_length must be >= 1");
+    const std::int64_t max_blocks = (input + opt.block_tokens - 1) / opt.block_tokens;
+    if (std::int64_t(f.hash_ids.size()) > max_blocks) {
+      throw TraceError(where + ": " + std::to_string(f.hash_ids.size()) +
+                       " hash_ids for input_length " + std::to_string(input) + " (at most " +
+                       std::to_string(max_blocks) + " blocks of " +
+                       std::to_string(opt.block_tokens) + ")");
+    }
+    rec.Clear();
+    Request& q = rec.request;
+    q.id = RequestId(lineno - 1);
+    q.arrival_s = double(ts) / 1000.0;
+    q.tokens_per_symbol = opt.chunk_tokens;
+    rec.prefix_kind = PrefixKind::kBlocks;
+    const std::int64_t full = std::min<std::int64_t>((input - 1) / opt.block_tokens,
+                                                     std::int64_t(f.hash_ids.size()));
+    for (std::int64_t b = 0; b < full; ++b) {
+      const std::int64_t id = NonNegativeInt(f.hash_ids[b], where, "hash_ids");
+      for (int j = 0; j < split; ++j) q.prefix.push_back(std::uint64_t(id) * split + j);
+    }
+    q.query_tokens = input - full * opt.block_tokens;
+    q.output_tokens = output;
+    writer.Write(rec);
   }
-  if (std::rename(tmp.c_str(), out_path.c_str()) != 0) {
-    throw InputError(out_path + ": cannot rename from " + tmp + ": " + std::strerror(errno));
+  if (writer.records_written() == 0) {
+    throw TraceError(jsonl_path + ": no requests (the file has no JSON lines); an empty trace "
+                     "would replay nothing");
   }
+  writer.Close();
+  sum.records = writer.records_written();
+  sum.bytes = writer.bytes_written();
   return sum;
 }
 

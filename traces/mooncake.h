@@ -9,7 +9,10 @@
 //     the radix tree matches at chunk granularity; a block still matches only as a whole and
 //     only if all earlier blocks match (prefix-contiguous), exactly as in Mooncake;
 //   - importance payload none (an experiment names an importance model).
-// Bad input (bad JSON, missing or negative fields) throws TraceError "<file>:<line>: ...".
+// Bad input throws TraceError "<file>:<line>: ..." (InputError for the options): bad JSON
+// (values of any nesting depth are skipped without recursion), missing or negative fields,
+// timestamps out of arrival order, a line over 1 MiB, a file without requests, and an output
+// path naming the input. The input is read once, so a pipe works.
 
 #include <cstdint>
 #include <string>

@@ -1,5 +1,7 @@
 #include "traces/score_source.h"
 
+#include <cstdio>
+
 #include "core/check.h"
 #include "core/config.h"
 #include "core/errors.h"
@@ -13,10 +15,27 @@ ReplaySetup PrepareReplay(const std::string& trace_path, const Config& config,
   ReplaySetup setup;
   setup.header = TraceReader(trace_path).header();
   const TraceHeader& header = setup.header;
-  if (header.model.name != opts.model.name && !config.GetBool("workload.retarget")) {
-    throw TraceError(trace_path + ": trace was made for model '" + header.model.name +
-                     "' but the experiment runs '" + opts.model.name +
-                     "' (set workload.retarget = true to map its layers and heads)");
+  if (!config.GetBool("workload.retarget")) {
+    if (header.model.name != opts.model.name) {
+      throw TraceError(trace_path + ": trace was made for model '" + header.model.name +
+                       "' but the experiment runs '" + opts.model.name +
+                       "' (set workload.retarget = true to map its layers and heads)");
+    }
+    // Same name, other shape (a hand-written model file, a trace generated with other
+    // --model-* flags): its importance rows would be read for the wrong layers and heads.
+    const ModelDescriptor& m = header.model;
+    if (m.layers != opts.model.layers || m.heads != opts.model.heads ||
+        m.kv_heads != opts.model.kv_heads) {
+      auto shape = [](int layers, int heads, int kv_heads) {
+        return std::to_string(layers) + " layers, " + std::to_string(heads) + " heads, " +
+               std::to_string(kv_heads) + " KV heads";
+      };
+      throw TraceError(trace_path + ": trace was made for '" + m.name + "' with " +
+                       shape(m.layers, m.heads, m.kv_heads) + ", but the experiment's '" +
+                       opts.model.name + "' (" + config.Get("model.layers").origin + ") has " +
+                       shape(opts.model.layers, opts.model.heads, opts.model.kv_heads) +
+                       " (set workload.retarget = true to map its layers and heads)");
+    }
   }
   if (!opts.importance.empty()) {
     setup.none_model =
@@ -62,13 +81,30 @@ void TraceScoreSource::AddEntry(RequestId id, ImportanceKind kind, std::uint64_t
   e.token_keys.clear();
 }
 
+void TraceScoreSource::NoteContext(const Request& request) {
+  const std::int64_t tokens = request.prefix_tokens() + request.query_tokens;
+  if (target_.max_context <= 0 || tokens <= target_.max_context) return;
+  if (over_context_++ > 0) return;
+  // The cost model extrapolates past the model's context (the shipped Fig. 3 workload goes to
+  // 8K-token prefixes on OPT-13B, whose context is 2K); the real model refuses such a sequence
+  // (LlamaModel::Forward). So a warning, once per run, not an error.
+  std::fprintf(stderr,
+               "kvtier: warning: request %llu has %lld tokens (prefix + query), more than "
+               "model.max_context = %d of %s; the cost model extrapolates (the model itself "
+               "could not run it); later such requests are not reported\n",
+               static_cast<unsigned long long>(request.id), static_cast<long long>(tokens),
+               target_.max_context, target_.name.c_str());
+}
+
 void TraceScoreSource::Add(const TraceRecord& record) {
+  NoteContext(record.request);
   AddEntry(record.request.id, record.importance, record.query_key,
            record.importance == ImportanceKind::kExplicit ? record.explicit_scores
                                                           : ExplicitScores{});
 }
 
 void TraceScoreSource::Add(TraceRecord&& record) {
+  NoteContext(record.request);
   AddEntry(record.request.id, record.importance, record.query_key,
            record.importance == ImportanceKind::kExplicit ? std::move(record.explicit_scores)
                                                           : ExplicitScores{});

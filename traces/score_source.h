@@ -59,12 +59,14 @@ class TraceScoreSource : public ScoreSource {
 
   // Registers the importance payload of `record` under record.request.id (replacing an earlier
   // one with the same id). Explicit scores are copied (or moved). Throws TraceError for a none
-  // payload without a none_model.
+  // payload without a none_model. The first request longer than the target's max_context
+  // (prefix + query) prints one warning to stderr; over_context_requests() counts them all.
   void Add(const TraceRecord& record);
   void Add(TraceRecord&& record);
   // Forgets a request. Unknown ids are ignored.
   void Release(RequestId id);
   std::size_t live_requests() const { return entries_.size(); }
+  std::int64_t over_context_requests() const { return over_context_; }
 
   // See ScoreSource. REQUIRES additionally: Add() was called for request.id.
   void Scores(const Request& request, int layer, std::int64_t reused_tokens,
@@ -86,6 +88,7 @@ class TraceScoreSource : public ScoreSource {
     std::vector<std::uint32_t> token_keys;  // procedural/none: computed on first use
   };
   void AddEntry(RequestId id, ImportanceKind kind, std::uint64_t query_key, ExplicitScores scores);
+  void NoteContext(const Request& request);
 
   ModelSpec target_;
   int source_layers_;
@@ -95,6 +98,7 @@ class TraceScoreSource : public ScoreSource {
   std::unordered_map<RequestId, Entry> entries_;
   SelectionMemo* memo_ = nullptr;
   std::uint64_t next_ordinal_ = 0;
+  std::int64_t over_context_ = 0;  // requests longer than target_.max_context
   std::vector<float> probe_scores_;  // Itf()'s scratch
 };
 

@@ -1,5 +1,6 @@
 #include "traces/trace_io.h"
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <cerrno>
@@ -7,6 +8,7 @@
 #include <cstring>
 
 #include "core/errors.h"
+#include "core/input_file.h"
 #include "core/types.h"
 
 namespace kvtier {
@@ -314,33 +316,62 @@ std::string CheckRecord(const TraceHeader& header, const TraceRecord& rec) {
 
 // ---------------------------------------------------------------------------------- writer --
 
+namespace {
+// True if `path` exists and is not a regular file (/dev/null, /dev/stdout, a FIFO): such an
+// output is written in place, never replaced by a rename.
+bool IsSpecialFile(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
+}
+}  // namespace
+
 TraceWriter::TraceWriter(const std::string& path, const TraceHeader& header)
-    : path_(path), header_(header) {
+    : path_(path),
+      partial_path_(IsSpecialFile(path) ? path : path + ".partial"),
+      header_(header),
+      exceptions_at_start_(std::uncaught_exceptions()) {
   if (header_.model.layers < 1 || header_.model.kv_heads < 1 || header_.model.heads < 1) {
     throw InputError(path + ": header: model needs layers, heads and kv_heads >= 1");
   }
   if (header_.procedural) header_.procedural->Validate(path + ": header: procedural");
-  file_ = std::fopen(path.c_str(), "wb");
-  if (!file_) throw InputError(path + ": cannot create: " + std::strerror(errno));
+  file_ = std::fopen(partial_path_.c_str(), "wb");
+  if (!file_) {
+    throw InputError(path + ": cannot create " + partial_path_ + ": " + std::strerror(errno));
+  }
   std::setvbuf(file_, nullptr, _IOFBF, 1 << 20);
-  wire::ByteWriter h;
-  EncodeHeader(header_, &h);
-  Put(kTraceMagic, 8);
-  const std::uint32_t version = kTraceVersion, len = static_cast<std::uint32_t>(h.bytes().size());
-  Put(&version, 4);
-  Put(&len, 4);
-  Put(h.bytes().data(), len);
-  const std::uint32_t crc = wire::Crc32(h.bytes());
-  Put(&crc, 4);
+  try {
+    wire::ByteWriter h;
+    EncodeHeader(header_, &h);
+    Put(kTraceMagic, 8);
+    const std::uint32_t version = kTraceVersion, len = static_cast<std::uint32_t>(h.bytes().size());
+    Put(&version, 4);
+    Put(&len, 4);
+    Put(h.bytes().data(), len);
+    const std::uint32_t crc = wire::Crc32(h.bytes());
+    Put(&crc, 4);
+  } catch (...) {
+    Discard();
+    throw;
+  }
 }
 
 TraceWriter::~TraceWriter() {
-  if (file_) {
-    try {
-      Close();
-    } catch (...) {
-    }
+  if (!file_) return;
+  if (std::uncaught_exceptions() > exceptions_at_start_) {
+    Discard();  // unwinding: whatever failed, no trace appears under path_
+    return;
   }
+  try {
+    Close();
+  } catch (...) {
+    Discard();
+  }
+}
+
+void TraceWriter::Discard() {
+  if (file_) std::fclose(file_);
+  file_ = nullptr;
+  if (partial_path_ != path_) std::remove(partial_path_.c_str());
 }
 
 void TraceWriter::Put(const void* p, std::size_t n) {
@@ -377,17 +408,40 @@ void TraceWriter::Close() {
   Put(&count, 8);
   Put(kEndTag, 4);
   const bool ok = std::fflush(file_) == 0;
+  const int err = errno;
   std::fclose(file_);
   file_ = nullptr;
-  if (!ok) throw InputError(path_ + ": write failed: " + std::strerror(errno));
+  if (!ok) {
+    if (partial_path_ != path_) std::remove(partial_path_.c_str());
+    throw InputError(path_ + ": write failed: " + std::strerror(err));
+  }
+  if (partial_path_ != path_ && std::rename(partial_path_.c_str(), path_.c_str()) != 0) {
+    const int rerr = errno;
+    std::remove(partial_path_.c_str());
+    throw InputError(path_ + ": cannot rename " + partial_path_ + " to it: " + std::strerror(rerr));
+  }
 }
 
 // ---------------------------------------------------------------------------------- reader --
 
 TraceReader::TraceReader(const std::string& path) : path_(path) {
+  // A trace is read several times per run (checked, hashed, prewarmed, replayed): a FIFO would
+  // block forever on its second open.
+  RequireRegularFile(path, "trace file", InputKind::kTrace);
   file_ = std::fopen(path.c_str(), "rb");
   if (!file_) throw TraceError(path + ": cannot open: " + std::strerror(errno));
   std::setvbuf(file_, nullptr, _IOFBF, 1 << 20);
+  try {
+    ReadHeader();
+  } catch (...) {
+    std::fclose(file_);  // the destructor does not run for a throwing constructor
+    file_ = nullptr;
+    throw;
+  }
+}
+
+void TraceReader::ReadHeader() {
+  const std::string& path = path_;
   char magic[8];
   if (std::fread(magic, 1, 8, file_) != 8 || std::memcmp(magic, kTraceMagic, 8) != 0) {
     throw TraceError(path + ": header: not a kvtier trace (bad magic)");

@@ -23,18 +23,26 @@
 
 namespace kvtier {
 
+// A trace appears under its name only complete: the writer writes `<path>.partial` and renames
+// it to `path` in Close(). A writer destroyed while an exception unwinds (or whose Close fails)
+// removes the partial file; a killed process leaves only `<path>.partial`, never a truncated
+// trace under `path`. An existing non-regular `path` (/dev/null, /dev/stdout, a FIFO) is
+// written in place.
 class TraceWriter {
  public:
-  // Creates (truncates) `path` and writes the header. Throws InputError if it cannot.
+  // Creates (truncates) `<path>.partial` and writes the header. Throws InputError if it cannot.
   TraceWriter(const std::string& path, const TraceHeader& header);
-  ~TraceWriter();  // closes (writing the end marker) if Close() was not called; never throws
+  // Closes (end marker, rename) if Close() was not called, unless an exception is unwinding
+  // the stack: then the partial file is removed. Never throws.
+  ~TraceWriter();
   TraceWriter(const TraceWriter&) = delete;
   TraceWriter& operator=(const TraceWriter&) = delete;
 
   // Appends one record. Throws InputError if the record is inconsistent with itself or the
   // header (the same checks the reader applies), so a writer never produces an invalid trace.
   void Write(const TraceRecord& record);
-  // Writes the end marker and closes. Throws InputError on an I/O error.
+  // Writes the end marker, closes and renames the file to `path`. Throws InputError on an I/O
+  // error (the partial file is removed).
   void Close();
 
   std::int64_t records_written() const { return records_; }
@@ -42,9 +50,12 @@ class TraceWriter {
 
  private:
   void Put(const void* p, std::size_t n);
+  void Discard();  // closes and removes the partial file
 
   std::string path_;
+  std::string partial_path_;
   TraceHeader header_;
+  int exceptions_at_start_ = 0;
   std::FILE* file_ = nullptr;
   wire::ByteWriter buf_;
   std::int64_t records_ = 0;
@@ -53,7 +64,8 @@ class TraceWriter {
 
 class TraceReader {
  public:
-  // Opens `path` and reads and validates the header. Throws TraceError.
+  // Opens `path` and reads and validates the header. Throws TraceError (also when `path` is
+  // not a regular file: a trace is opened several times per run, so a FIFO would hang).
   explicit TraceReader(const std::string& path);
   ~TraceReader();
   TraceReader(const TraceReader&) = delete;
@@ -71,6 +83,7 @@ class TraceReader {
 
  private:
   [[noreturn]] void Fail(const std::string& what) const;
+  void ReadHeader();
   void ReadExact(void* p, std::size_t n, const char* what);
   void DecodeRecord(TraceRecord* record);
   void DecodeExtSets(std::span<const std::uint8_t> bytes, TraceRecord* record);

@@ -1,6 +1,7 @@
 // Malformed inputs: each is a TraceError naming the file and the record (or header / line),
 // and `kvtier trace ...` exits with code 2 and prints that message.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cmath>
@@ -309,6 +310,116 @@ TEST(TraceCli, BadFlagsExitTwo) {
   EXPECT_EQ(RunCli("trace gen --out /dev/null --head_jaccard 0.5,x").code, 2);
   EXPECT_EQ(RunCli("trace nonsense").code, 2);
   EXPECT_EQ(RunCli("trace stats /nonexistent/file.kvt").code, 2);
+}
+
+// --- Reliability regressions (issue 18) ---
+
+TEST(MooncakeMalformed, DeeplyNestedExtraFieldIsSkippedNotACrash) {
+  // 10^5 nested arrays in a field kvtier ignores: the recursive skipper overflowed the stack.
+  const std::string in = TempPath("deep.jsonl"), out = TempPath("deep.kvt");
+  const int depth = 100000;
+  const std::string head =
+      R"({"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1], "x": )";
+  WriteText(in, head + std::string(depth, '[') + std::string(depth, ']') + "}\n" +
+                    R"({"timestamp": 1, "x": {"a": [{"b": {}}, [], "s", 1e3, true, null]}, )"
+                    R"("input_length": 1100, "output_length": 5, "hash_ids": [0, 1]})" + "\n");
+  EXPECT_EQ(ImportMooncake(in, out, MooncakeImportOptions{}).records, 2);
+  // Unbalanced nesting is still bad JSON, with its column.
+  ExpectBadJsonl(head + std::string(depth, '[') + "}", "1", "bad JSON");
+  std::remove(in.c_str());
+  std::remove(out.c_str());
+}
+
+TEST(MooncakeMalformed, OutOfOrderTimestampsAreRejected) {
+  ExpectBadJsonl(
+      R"({"timestamp": 5, "input_length": 40, "output_length": 1, "hash_ids": [0]})"
+      "\n\n"
+      R"({"timestamp": 3, "input_length": 40, "output_length": 1, "hash_ids": [0]})",
+      "3", "timestamp 3 is earlier than line 1's 5");
+}
+
+TEST(MooncakeMalformed, EmptyFileIsRejectedAndWritesNothing) {
+  ExpectBadJsonl("", "", "no requests");
+  ExpectBadJsonl("\n  \n", "", "no requests");
+}
+
+TEST(MooncakeMalformed, OutputEqualToInputIsRejected) {
+  const std::string in = TempPath("same.jsonl");
+  WriteText(in, std::string(kGood) + "\n");
+  const Bytes8 before = ReadAll(in);
+  EXPECT_THROW(ImportMooncake(in, in, MooncakeImportOptions{}), InputError);
+  const CliResult cli = RunCli("trace import-mooncake --in " + in + " --out " + in);
+  EXPECT_EQ(cli.code, 2) << cli.output;
+  EXPECT_NE(cli.output.find("is the input file"), std::string::npos) << cli.output;
+  EXPECT_EQ(ReadAll(in), before) << "the input was overwritten";
+  std::remove(in.c_str());
+}
+
+TEST(MooncakeMalformed, DevZeroInputIsAnErrorNotEndlessMemory) {
+  const std::string out = TempPath("zero.kvt");
+  try {
+    ImportMooncake("/dev/zero", out, MooncakeImportOptions{});
+    ADD_FAILURE() << "no error";
+  } catch (const TraceError& e) {
+    EXPECT_NE(std::string(e.what()).find("/dev/zero:1: line longer than 1 MiB"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(std::ifstream(out).good());
+}
+
+TEST(TraceReaderInput, FifoIsRejectedInsteadOfBlocking) {
+  // A trace is opened several times per run; a FIFO's second open would block forever.
+  const std::string fifo = TempPath("t.fifo");
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  try {
+    TraceReader r(fifo);
+    ADD_FAILURE() << "opened a FIFO";
+  } catch (const TraceError& e) {
+    EXPECT_NE(std::string(e.what()).find(fifo + ": trace file must be a regular file, not a FIFO"),
+              std::string::npos)
+        << e.what();
+  }
+  std::remove(fifo.c_str());
+}
+
+TEST(TraceWriterOutput, AFailedWriteLeavesNoTraceUnderItsName) {
+  const std::string path = TempPath("atomic.kvt");
+  std::remove(path.c_str());
+  TraceHeader h;
+  h.producer = "test";
+  h.model = {"tiny", 2, 2, 2};
+  TraceRecord r;
+  r.request.prefix = {1, 2, 3};
+  r.request.query_tokens = 4;
+  try {
+    TraceWriter w(path, h);
+    w.Write(r);
+    EXPECT_TRUE(std::ifstream(path + ".partial").good()) << "written under the partial name";
+    EXPECT_FALSE(std::ifstream(path).good()) << "nothing under the final name before Close";
+    throw std::runtime_error("the producer fails");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_FALSE(std::ifstream(path).good());
+  EXPECT_FALSE(std::ifstream(path + ".partial").good());
+  {
+    TraceWriter w(path, h);
+    w.Write(r);
+  }  // closed by the destructor: complete, renamed
+  TraceReader reader(path);
+  TraceRecord back;
+  EXPECT_TRUE(reader.Next(&back));
+  EXPECT_FALSE(reader.Next(&back));
+  EXPECT_FALSE(std::ifstream(path + ".partial").good());
+  std::remove(path.c_str());
+}
+
+TEST(TraceCli, GenZeroRequestsIsRejectedAndWritesNothing) {
+  const std::string out = TempPath("zero-requests.kvt");
+  const CliResult cli = RunCli("trace gen --requests 0 --out " + out);
+  EXPECT_EQ(cli.code, 2) << cli.output;
+  EXPECT_NE(cli.output.find("requests: must be >= 1"), std::string::npos) << cli.output;
+  EXPECT_FALSE(std::ifstream(out).good());
 }
 
 }  // namespace
