@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "core/errors.h"
+#include "core/input_file.h"
 
 namespace kvtier {
 namespace {
@@ -356,6 +357,7 @@ void GgufFile::Fail(const std::string& what) const { throw ModelFileError(path_ 
 std::unique_ptr<GgufFile> GgufFile::Open(const std::string& path) {
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->path_ = path;
+  RequireRegularFile(path, "GGUF file", InputKind::kModel);  // a FIFO cannot be mapped
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) f->Fail(std::string("cannot open: ") + std::strerror(errno));
   struct stat st;

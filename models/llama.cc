@@ -176,6 +176,30 @@ std::unique_ptr<LlamaModel> LlamaModel::Load(const std::string& path) {
                                                         : c.head_dim;
   c.rope_theta = file->GetFloat("llama.rope.freq_base", 10000.0);
   c.rms_eps = static_cast<float>(file->GetFloat("llama.attention.layer_norm_rms_epsilon"));
+  if (!std::isfinite(c.rope_theta) || c.rope_theta <= 0) {
+    throw ModelFileError(Where(path) + "metadata key llama.rope.freq_base: " +
+                         std::to_string(c.rope_theta) + " must be a positive number");
+  }
+  if (!std::isfinite(c.rms_eps) || c.rms_eps <= 0) {
+    throw ModelFileError(Where(path) + "metadata key llama.attention.layer_norm_rms_epsilon: " +
+                         std::to_string(c.rms_eps) + " must be a positive number");
+  }
+  // block_count must describe the file: a smaller one would silently drop the last blocks (the
+  // model loads and generates nonsense); a larger one fails below on the first missing tensor.
+  for (const GgufTensorInfo& t : file->tensors()) {
+    if (t.name.rfind("blk.", 0) != 0) continue;
+    const std::size_t dot = t.name.find('.', 4);
+    const std::string index = t.name.substr(4, dot == std::string::npos ? dot : dot - 4);
+    if (index.empty() || index.size() > 9 ||
+        index.find_first_not_of("0123456789") != std::string::npos) {
+      continue;  // not a block tensor kvtier knows; ignored like any other extra tensor
+    }
+    if (std::stoll(index) >= c.n_layers) {
+      throw ModelFileError(Where(path) + "metadata key llama.block_count: " +
+                           std::to_string(c.n_layers) + " but the file has tensor " + t.name +
+                           " of block " + index);
+    }
+  }
   if (c.n_heads % c.n_kv_heads != 0) {
     throw ModelFileError(Where(path) + "metadata: head_count " + std::to_string(c.n_heads) +
                          " is not a multiple of head_count_kv " + std::to_string(c.n_kv_heads));

@@ -4,6 +4,7 @@
 #include "models/gguf.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -372,6 +373,37 @@ TEST_F(BadGgufTest, WrongArchitectureAndShape) {
   WriteBad(b);
   ExpectModelFileError([&] { LlamaModel::Load(bad_path_); },
                        {bad_path_, "tensor blk.0.attn_k.weight", "shape [32, 32]", "[64, 32]"});
+}
+
+// Regression (issue 18): a smaller block_count loaded the first blocks only and generated.
+TEST_F(BadGgufTest, WrongBlockCountIsRejected) {
+  std::vector<uint8_t> b = good_;
+  Store<uint32_t>(&b, After(b, "llama.block_count") + 4, 1);  // the file has blocks 0 and 1
+  WriteBad(b);
+  ExpectModelFileError([&] { LlamaModel::Load(bad_path_); },
+                       {bad_path_, "llama.block_count: 1 but the file has tensor blk.1."});
+  Store<uint32_t>(&b, After(b, "llama.block_count") + 4, 3);  // block 2 missing
+  WriteBad(b);
+  ExpectModelFileError([&] { LlamaModel::Load(bad_path_); },
+                       {bad_path_, "tensor blk.2.attn_norm.weight: missing"});
+}
+
+// Regression (issue 18): a negative RoPE base loaded and generated (NaN-free nonsense).
+TEST_F(BadGgufTest, NegativeRopeFreqBaseIsRejected) {
+  for (const float bad : {-10000.0f, 0.0f, std::numeric_limits<float>::infinity()}) {
+    std::vector<uint8_t> b = good_;
+    Store<float>(&b, After(b, "llama.rope.freq_base") + 4, bad);
+    WriteBad(b);
+    ExpectModelFileError([&] { LlamaModel::Load(bad_path_); },
+                         {bad_path_, "llama.rope.freq_base", "must be a positive number"});
+  }
+}
+
+TEST_F(BadGgufTest, FifoIsRejectedInsteadOfBlocking) {
+  std::filesystem::remove(bad_path_);
+  ASSERT_EQ(::mkfifo(bad_path_.c_str(), 0600), 0);
+  ExpectModelFileError([&] { GgufFile::Open(bad_path_); },
+                       {bad_path_, "GGUF file must be a regular file, not a FIFO"});
 }
 
 }  // namespace
