@@ -75,8 +75,9 @@ class SqliteRunLog : public RunLog {
   SqliteRunLog(ResultsDb* db, long long run_id, bool log_transfers)
       : db_(db), run_(run_id), log_transfers_(log_transfers),
         request_(db->handle(),
-                 "INSERT OR REPLACE INTO requests VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-                 "?,?,?,?)",
+                 // Plain INSERT: a second row for a (run, request) is a bug to report, never a
+                 // row to replace (run ids are never reused: AUTOINCREMENT).
+                 "INSERT INTO requests VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                  db->path()),
         layer_(db->handle(), InsertSql("layers", kLayerColumns, 1).c_str(), db->path()),
         layers_n_(db->handle(), InsertSql("layers", kLayerColumns, kRowsPerInsert).c_str(),
@@ -262,32 +263,65 @@ ResultsDb::ResultsDb(const std::string& path) : path_(path) {
     db_ = nullptr;
     throw InputError(path + ": cannot open results database: " + msg);
   }
-  sqlite3_busy_timeout(db_, 60000);
-  Exec("PRAGMA journal_mode = WAL");
-  Exec("PRAGMA synchronous = NORMAL");
-  Exec(kResultsSchemaSql);
-  // Columns added since the first schema; a file created before them gets them here (ALTER
-  // TABLE appends, matching their place at the end of the CREATE TABLE in schema.sql).
-  AddColumnIfMissing("runs", "error", "TEXT");
-  AddColumnIfMissing("transfers", "status", "TEXT NOT NULL DEFAULT 'ok'");
-  for (const char* c : {"kv_bits INTEGER", "kv_group INTEGER", "kv_residual INTEGER",
-                        "kv_quant TEXT", "topk INTEGER", "perplexity REAL",
-                        "token_agreement REAL", "hit_rate REAL", "oracle_hit_rate REAL",
-                        "kv_size_ratio REAL"}) {
-    const std::string decl(c);
-    const size_t sp = decl.find(' ');
-    AddColumnIfMissing("accuracy", decl.substr(0, sp), decl.substr(sp + 1));
+  // The destructor does not run for a constructor that throws: close the handle here.
+  try {
+    sqlite3_busy_timeout(db_, 60000);
+    // The first statement that reads the file: a file that is not SQLite fails here.
+    if (sqlite3_exec(db_, "PRAGMA journal_mode = WAL", nullptr, nullptr, nullptr) != SQLITE_OK) {
+      const bool not_db = sqlite3_errcode(db_) == SQLITE_NOTADB;
+      throw InputError(path + (not_db ? ": not an SQLite database (is --out the right file?)"
+                                      : ": cannot use as results database: " +
+                                            std::string(sqlite3_errmsg(db_))));
+    }
+    Exec("PRAGMA synchronous = NORMAL");
+    ApplySchema();
+    // Per connection (and a no-op inside a transaction, hence here): deletes of runs cascade.
+    Exec("PRAGMA foreign_keys = ON");
+  } catch (...) {
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw;
   }
-  // Views last: they may name the columns just added.
-  Exec(kResultsViewsSql);
 }
 
-void ResultsDb::AddColumnIfMissing(const std::string& table, const std::string& column,
-                                   const std::string& declaration) {
-  Stmt s(db_, ("SELECT 1 FROM pragma_table_info('" + table + "') WHERE name = ?").c_str(), path_);
-  s.Bind(1, column);
-  if (s.Step(path_)) return;
-  Exec("ALTER TABLE " + table + " ADD COLUMN " + column + " " + declaration);
+long long ResultsDb::QueryInt(const char* sql) {
+  Stmt s(db_, sql, path_);
+  return s.Step(path_) ? sqlite3_column_int64(s.get(), 0) : 0;
+}
+
+void ResultsDb::ApplySchema() {
+  // A new file gets the schema and its version in one transaction; BEGIN IMMEDIATE makes the
+  // parallel processes of a sweep that open a new file at once create it exactly once.
+  Exec("BEGIN IMMEDIATE");
+  try {
+    const long long version = QueryInt("PRAGMA user_version");
+    const bool empty = QueryInt("SELECT count(*) FROM sqlite_master") == 0;
+    if (empty) {
+      Exec(kResultsSchemaSql);
+      Exec(kResultsViewsSql);
+      Exec("PRAGMA user_version = " + std::to_string(kResultsSchemaVersion));
+    } else if (version != kResultsSchemaVersion) {
+      // No migration (analysis/SCHEMA.md, "Versions"): rows written under another schema mean
+      // other things, and appending to them would mix the two in one file. (Unversioned files
+      // gained runs.error and transfers.status by ALTER TABLE for a while; they are refused too:
+      // their old views and reused run ids would stay.)
+      const std::string numbered = "(schema version " + std::to_string(version) + ")";
+      const std::string kind = version == 0 ? "an older kvtier (a schema without a version)"
+                               : version < kResultsSchemaVersion ? "an older kvtier " + numbered
+                                                                 : "a newer kvtier " + numbered;
+      throw InputError(path_ + ": results database written by " + kind +
+                       "; this kvtier writes schema version " +
+                       std::to_string(kResultsSchemaVersion) +
+                       ". Write to a new --out file (the old one stays readable with sqlite3)");
+    }
+    Exec("COMMIT");
+  } catch (...) {
+    try {
+      Exec("ROLLBACK");
+    } catch (...) {
+    }
+    throw;
+  }
 }
 
 ResultsDb::~ResultsDb() { sqlite3_close(db_); }
@@ -327,15 +361,33 @@ void ResultsDb::FailRun(long long run_id, double wall_s, const std::string& erro
   s.Step(path_);
 }
 
-bool ResultsDb::HasCompleteRun(const std::string& config_sha256, const std::string& mode) {
-  Stmt s(db_, "SELECT 1 FROM runs WHERE config_sha256 = ? AND mode = ? AND complete = 1 LIMIT 1",
+ResultsDb::PointState ResultsDb::GetPointState(const std::string& config_sha256,
+                                               const std::string& mode) {
+  Stmt s(db_,
+         "SELECT MAX(complete = 1 AND status = 'ok'), MAX(status NOT IN ('ok', 'running')) "
+         "FROM runs WHERE config_sha256 = ? AND mode = ?",
          path_);
   s.Bind(1, config_sha256).Bind(2, mode);
-  return s.Step(path_);
+  if (!s.Step(path_)) return PointState::kNone;
+  if (sqlite3_column_int(s.get(), 0) == 1) return PointState::kDone;
+  if (sqlite3_column_int(s.get(), 1) == 1) return PointState::kFailed;
+  return PointState::kNone;
 }
 
 void ResultsDb::DeleteIncompleteRuns(const std::string& config_sha256, const std::string& mode) {
-  Stmt s(db_, "DELETE FROM runs WHERE config_sha256 = ? AND mode = ? AND complete = 0", path_);
+  Stmt s(db_,
+         "DELETE FROM runs WHERE config_sha256 = ? AND mode = ? AND complete = 0 AND "
+         "status = 'running'",
+         path_);
+  s.Bind(1, config_sha256).Bind(2, mode);
+  s.Step(path_);
+}
+
+void ResultsDb::DeleteFailedRuns(const std::string& config_sha256, const std::string& mode) {
+  Stmt s(db_,
+         "DELETE FROM runs WHERE config_sha256 = ? AND mode = ? AND status NOT IN ('ok', "
+         "'running')",
+         path_);
   s.Bind(1, config_sha256).Bind(2, mode);
   s.Step(path_);
 }

@@ -9,6 +9,10 @@
 //
 // Errors opening or writing the file are InputErrors naming the path (exit 2 in the CLI).
 // Not thread-safe: one ResultsDb per thread/process.
+//
+// Schema versions: a file records the version of the schema it was created with in
+// `PRAGMA user_version`. A ResultsDb creates the schema in an empty file and refuses (InputError)
+// a file of any other version, older or newer: no migration (analysis/SCHEMA.md, "Versions").
 
 #include <memory>
 #include <string>
@@ -20,6 +24,10 @@
 struct sqlite3;
 
 namespace kvtier {
+
+// The version of analysis/schema.sql + views.sql, stored in PRAGMA user_version. Bump it with
+// every change of either file (tests/analysis/results_db_test.cc pins the text to it).
+inline constexpr int kResultsSchemaVersion = 1;
 
 struct RunInfo {
   std::string mode = "sim";  // "sim" | "hw"
@@ -35,7 +43,8 @@ struct RunInfo {
 
 class ResultsDb {
  public:
-  // Opens or creates `path` and applies the schema. Throws InputError.
+  // Opens or creates `path` and applies the schema to a new file. Throws InputError naming the
+  // path: cannot open or create it, not an SQLite file, a schema of another version.
   explicit ResultsDb(const std::string& path);
   ~ResultsDb();
   ResultsDb(const ResultsDb&) = delete;
@@ -49,10 +58,16 @@ class ResultsDb {
   // complete = 0, status 'failed', error = `error`. A killed run keeps complete = 0 and status
   // 'running', so the two are told apart.
   void FailRun(long long run_id, double wall_s, const std::string& error);
-  // True if a complete run of this configuration and mode exists (sweep resume).
-  bool HasCompleteRun(const std::string& config_sha256, const std::string& mode);
-  // Deletes incomplete runs of this configuration (left by an interrupted sweep).
+  // What a resumed sweep finds of a configuration point in `mode`: kDone, a complete run that
+  // ended ok; else kFailed, a run that failed (FailRun: status 'failed');
+  // else kNone (never run, or only runs a kill interrupted: complete = 0, status 'running').
+  enum class PointState { kNone, kDone, kFailed };
+  PointState GetPointState(const std::string& config_sha256, const std::string& mode);
+  // Deletes the runs of this configuration a kill interrupted (complete = 0, status 'running'),
+  // before the point is run again.
   void DeleteIncompleteRuns(const std::string& config_sha256, const std::string& mode);
+  // Deletes the runs of this configuration that ended with an error (sweep --rerun-failed).
+  void DeleteFailedRuns(const std::string& config_sha256, const std::string& mode);
 
   // A RunLog that writes the rows of `run_id` (transfer rows only if `log_transfers`: they can
   // dominate the file; the config key log.transfers). Valid while this ResultsDb lives.
@@ -64,8 +79,8 @@ class ResultsDb {
   const std::string& path() const { return path_; }
 
  private:
-  void AddColumnIfMissing(const std::string& table, const std::string& column,
-                          const std::string& declaration);
+  void ApplySchema();
+  long long QueryInt(const char* sql);
 
   std::string path_;
   sqlite3* db_ = nullptr;

@@ -1,9 +1,12 @@
 -- kvtier results schema (both modes). Units are in column names: _s seconds, _bytes bytes.
--- Documented column by column in analysis/SCHEMA.md. Applied by ResultsDb::Open.
-PRAGMA foreign_keys = ON;
+-- Documented column by column in analysis/SCHEMA.md. Applied by ResultsDb to a new file, which
+-- then records kResultsSchemaVersion (analysis/results_db.h) in PRAGMA user_version: bump it
+-- with any change here or in views.sql.
 
 CREATE TABLE IF NOT EXISTS runs (
-  run_id        INTEGER PRIMARY KEY,
+  -- AUTOINCREMENT: an id is never reused, even after its run was deleted (an interrupted sweep
+  -- point), so a late writer of a deleted run can never add rows to another run.
+  run_id        INTEGER PRIMARY KEY AUTOINCREMENT,
   mode          TEXT NOT NULL CHECK (mode IN ('sim', 'hw', 'eval')),
   experiment    TEXT NOT NULL,
   system        TEXT NOT NULL,

@@ -143,8 +143,9 @@ FROM (SELECT run_id, mode, experiment, system, model,
 
 -- Accuracy (kvtier eval) beside latency (kvtier sim/hw) per configuration. Join key: the same
 -- model name, selector class (run_selection.selector), retention (not for full) and, for ITF,
--- alpha. One row per (accuracy row, matching complete sim/hw run). Multiple-choice rows only
--- (kv_bits NULL): decode rows (KIVI, SpeCache) have no prefill latency to pair with.
+-- alpha. One row per (accuracy row of a complete eval run, matching complete sim/hw run): a
+-- killed eval run (complete = 0) may have written the rows of its first tasks. Multiple-choice
+-- rows only (kv_bits NULL): decode rows (KIVI, SpeCache) have no prefill latency to pair with.
 CREATE VIEW IF NOT EXISTS accuracy_latency AS
 SELECT a.task, a.selector, a.alpha, a.retention, a.items, a.accuracy, a.first_token_agreement,
        a.itf_fallback_rate AS eval_itf_fallback_rate, e.model, a.run_id AS eval_run_id,
@@ -152,7 +153,7 @@ SELECT a.task, a.selector, a.alpha, a.retention, a.items, a.accuracy, a.first_to
        s.mean_ttft_s, s.p99_ttft_s, s.mean_io_stall_s, s.ssd_read_bytes,
        s.itf_fallback_rate AS sim_itf_fallback_rate
 FROM accuracy a
-JOIN runs e ON e.run_id = a.run_id AND e.mode = 'eval' AND a.kv_bits IS NULL
+JOIN runs e ON e.run_id = a.run_id AND e.mode = 'eval' AND e.complete = 1 AND a.kv_bits IS NULL
 JOIN run_selection k ON k.model = e.model AND k.selector = a.selector
  AND (a.selector = 'full' OR abs(k.retention - a.retention) < 1e-9)
  AND (a.selector <> 'itf' OR abs(k.alpha - a.alpha) < 1e-9)

@@ -1,6 +1,7 @@
-// ResultsDb: how a run ends (complete, failed) in `runs`, transfers logged with how they ended,
-// and a file made before those columns (and the decode columns of `accuracy`) existed gaining
-// them on open.
+// ResultsDb: how a run ends (complete, failed) in `runs` and how its transfers ended; files it
+// must refuse (not SQLite, unwritable, another schema version); the identity rules that keep
+// two runs' rows apart (run ids never reused, no row replaced); views that show complete runs
+// only.
 
 #include "analysis/results_db.h"
 
@@ -10,12 +11,221 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
+#include "core/errors.h"
+
 namespace kvtier {
+
+extern const char* const kResultsSchemaSql;  // analysis/schema.sql
+extern const char* const kResultsViewsSql;   // analysis/views.sql
+
 namespace {
 
+namespace fs = std::filesystem;
+
 class ResultsDbTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("kvtier_results_db_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // The message of the InputError `f` throws; fails the test if it throws nothing.
+  template <typename F>
+  std::string ErrorOf(F f) {
+    try {
+      f();
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    ADD_FAILURE() << "expected an InputError";
+    return "";
+  }
+  // Runs `sql` on `path` with plain SQLite (a database another program or version wrote).
+  void RawSql(const fs::path& path, const std::string& sql) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    char* err = nullptr;
+    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << err;
+    sqlite3_free(err);
+    sqlite3_close(db);
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ResultsDbTest, NonSqliteFileIsAnInputErrorNamingThePath) {
+  const fs::path p = dir_ / "notes.txt";
+  std::ofstream(p) << "these are my notes, not a results database\n";
+  const std::string msg = ErrorOf([&] { ResultsDb db(p.string()); });
+  EXPECT_NE(msg.find(p.string() + ": not an SQLite database"), std::string::npos) << msg;
+  // Untouched.
+  std::ifstream in(p);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "these are my notes, not a results database");
+}
+
+TEST_F(ResultsDbTest, UnwritablePathIsAnInputErrorNamingThePath) {
+  std::string msg = ErrorOf([&] { ResultsDb db("/nonexistent-dir/r.sqlite"); });
+  EXPECT_NE(msg.find("/nonexistent-dir/r.sqlite: cannot open results database"),
+            std::string::npos)
+      << msg;
+  msg = ErrorOf([&] { ResultsDb db(dir_.string()); });
+  EXPECT_NE(msg.find(dir_.string()), std::string::npos) << msg;
+}
+
+TEST_F(ResultsDbTest, NewFileRecordsTheSchemaVersionAndReopens) {
+  const fs::path p = dir_ / "r.sqlite";
+  { ResultsDb db(p.string()); }
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(p.c_str(), &raw), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(raw, "PRAGMA user_version", -1, &st, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(st, 0), kResultsSchemaVersion);
+  sqlite3_finalize(st);
+  sqlite3_close(raw);
+  EXPECT_NO_THROW(ResultsDb db(p.string()));  // the same version: appended to
+}
+
+TEST_F(ResultsDbTest, DatabaseOfAnOlderUnversionedSchemaIsRefused) {
+  // What kvtier wrote before schema versions: tables, user_version 0, an old view.
+  const fs::path p = dir_ / "old.sqlite";
+  RawSql(p,
+         "CREATE TABLE runs (run_id INTEGER PRIMARY KEY, mode TEXT NOT NULL, experiment TEXT NOT "
+         "NULL, system TEXT NOT NULL, model TEXT NOT NULL, hardware TEXT NOT NULL, trace TEXT NOT "
+         "NULL, trace_sha256 TEXT NOT NULL, config TEXT NOT NULL, config_sha256 TEXT NOT NULL, "
+         "git_commit TEXT NOT NULL, started_at TEXT NOT NULL, wall_s REAL, complete INTEGER NOT "
+         "NULL DEFAULT 0, status TEXT NOT NULL DEFAULT 'running');"
+         "INSERT INTO runs VALUES (1, 'sim', 'e', 'as', 'm', 'h', 't', 'x', 'c', 'y', 'g', 'now', "
+         "1.0, 1, 'ok');"
+         "CREATE VIEW run_summary AS SELECT run_id FROM runs;");
+  const std::string msg = ErrorOf([&] { ResultsDb db(p.string()); });
+  EXPECT_NE(msg.find(p.string() + ": results database written by an older kvtier"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("Write to a new --out file"), std::string::npos) << msg;
+  // Nothing was added to it (it used to gain runs.error by ALTER TABLE, keeping its old view).
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(p.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = "
+                                   "'error'", -1, &st, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(st, 0), 0);
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+}
+
+TEST_F(ResultsDbTest, DatabaseOfANewerSchemaIsRefused) {
+  const fs::path p = dir_ / "new.sqlite";
+  { ResultsDb db(p.string()); }
+  RawSql(p, "PRAGMA user_version = " + std::to_string(kResultsSchemaVersion + 1));
+  const std::string msg = ErrorOf([&] { ResultsDb db(p.string()); });
+  EXPECT_NE(msg.find("a newer kvtier (schema version " +
+                     std::to_string(kResultsSchemaVersion + 1) + ")"),
+            std::string::npos)
+      << msg;
+}
+
+RunInfo Info() {
+  RunInfo info;
+  info.system = "as";
+  info.config_sha256 = "abc";
+  return info;
+}
+
+TEST_F(ResultsDbTest, RunIdsAreNeverReusedAfterADelete) {
+  // An interrupted sweep point's run is deleted and rerun; the rerun must not get the deleted
+  // run's id, or a late writer of the old run would add rows to the new one.
+  ResultsDb db((dir_ / "r.sqlite").string());
+  const long long first = db.BeginRun(Info());
+  db.DeleteIncompleteRuns("abc", "sim");
+  const long long second = db.BeginRun(Info());
+  EXPECT_GT(second, first);
+}
+
+TEST_F(ResultsDbTest, ASecondRowForOneRequestIsAnErrorNotAReplacement) {
+  ResultsDb db((dir_ / "r.sqlite").string());
+  const long long run = db.BeginRun(Info());
+  std::unique_ptr<RunLog> log = db.NewRunLog(run);
+  RequestRecord r;
+  r.request_id = 7;
+  r.ttft_s = 1;
+  log->LogRequest(r);
+  r.ttft_s = 2;
+  log->LogRequest(r);
+  EXPECT_THROW(log->Close(), InputError);
+}
+
+// A killed run (complete = 0) keeps the rows it committed; no view may show them. Two runs of
+// each mode with identical rows, one complete and one not: every view must show the first only.
+TEST_F(ResultsDbTest, EveryViewExcludesIncompleteRuns) {
+  const fs::path p = dir_ / "r.sqlite";
+  { ResultsDb db(p.string()); }
+  std::string sql;
+  const std::string config =
+      "select.retention = 0.5\nitf.alpha = 0.6\nitf.enabled = true\nselect.policy = all\n"
+      "reuse.enabled = true\n";
+  for (int complete : {1, 0}) {
+    for (const char* mode : {"sim", "hw", "eval"}) {
+      const std::string id = "(SELECT MAX(run_id) FROM runs)";
+      sql += "INSERT INTO runs (mode, experiment, system, model, hardware, trace, trace_sha256, "
+             "config, config_sha256, git_commit, started_at, complete, status) VALUES ('" +
+             std::string(mode) + "', 'x', 'as_h2o_lfu', 'm', 'h', 't', 's', '" + config +
+             "', 'c', 'g', 'now', " + std::to_string(complete) + ", " +
+             (complete ? "'ok'" : "'running'") + ");";
+      for (int q = 0; q < 2; ++q) {
+        sql += "INSERT INTO requests VALUES (" + id + ", " + std::to_string(q) +
+               ", 0, 0, 1, 10, 5, 2, 3, 0.5, 0.5, 0, 0.1, 100, 0, 100, 0, 1, 1, 1, 1, 0, 0, 'ok');"
+               "INSERT INTO layers VALUES (" + id + ", " + std::to_string(q) +
+               ", 0, 0.5, 0.4, 0, 3, 1, 1, 1, 0, 0.1, 0);"
+               "INSERT INTO transfers VALUES (" + id + ", " + std::to_string(q) +
+               ", 0, 'ssd', 'cpu', 'ssd_read', 'demand', 100, 1, 0, 0, 0.1, 'ok');";
+      }
+      sql += "INSERT INTO accuracy VALUES (" + id + ", 'copa', 'itf', 0.6, 0.5, 4, 3, 0.75, 1, "
+             "0.5, 0);";
+    }
+  }
+  RawSql(p, sql);
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(p.c_str(), &db), SQLITE_OK);
+  auto count = [&](const std::string& q) {
+    sqlite3_stmt* st = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db, q.c_str(), -1, &st, nullptr), SQLITE_OK) << q;
+    long long n = -1;
+    if (sqlite3_step(st) == SQLITE_ROW) n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return n;
+  };
+  const std::pair<const char*, const char*> kViews[] = {
+      {"measured_requests", "run_id"}, {"run_summary", "run_id"},     {"ttft_cdf", "run_id"},
+      {"layer_retention", "run_id"},   {"io_breakdown", "run_id"},    {"hit_ratios", "run_id"},
+      {"ablation_delta", "run_id"},    {"sim_vs_hw", "sim_run_id"},   {"sim_vs_hw", "hw_run_id"},
+      {"stage_busy", "run_id"},        {"sim_vs_hw_stages", "sim_run_id"},
+      {"sim_vs_hw_stages", "hw_run_id"}, {"accuracy_latency", "eval_run_id"},
+      {"accuracy_latency", "latency_run_id"}};
+  for (const auto& [view, column] : kViews) {
+    const std::string of =
+        std::string(" FROM ") + view + " v JOIN runs r ON r.run_id = v." + column;
+    EXPECT_GT(count("SELECT COUNT(*)" + of + " WHERE r.complete = 1"), 0)
+        << view << " shows no complete run: the test data does not reach it";
+    EXPECT_EQ(count("SELECT COUNT(*)" + of + " WHERE r.complete = 0"), 0)
+        << view << "." << column << " shows an incomplete run";
+  }
+  sqlite3_close(db);
+}
+
+// How a run ends (complete, failed, killed) and how its transfers ended (issue 12).
+class RunEndingsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     path_ = (std::filesystem::temp_directory_path() /
@@ -53,7 +263,7 @@ class ResultsDbTest : public ::testing::Test {
   std::string path_;
 };
 
-TEST_F(ResultsDbTest, CompleteFailedAndKilledRunsAreToldApart) {
+TEST_F(RunEndingsTest, CompleteFailedAndKilledRunsAreToldApart) {
   ResultsDb db(path_);
   const long long ok = db.BeginRun(Info("as"));
   const long long failed = db.BeginRun(Info("spec"));
@@ -66,7 +276,7 @@ TEST_F(ResultsDbTest, CompleteFailedAndKilledRunsAreToldApart) {
                 std::to_string(killed) + "|0|running|NULL\n");
 }
 
-TEST_F(ResultsDbTest, TransfersAreLoggedWithHowTheyEnded) {
+TEST_F(RunEndingsTest, TransfersAreLoggedWithHowTheyEnded) {
   ResultsDb db(path_);
   const long long run = db.BeginRun(Info("as"));
   {
@@ -90,65 +300,14 @@ TEST_F(ResultsDbTest, TransfersAreLoggedWithHowTheyEnded) {
             "ssd_read|4096|1|ok\nssd_read|1024|1|failed\nh2d|0|0|aborted\n");
 }
 
-// A file written by a kvtier from before runs.error and transfers.status: opening it adds
-// them; old rows read NULL and 'ok', new rows are written in full.
-TEST_F(ResultsDbTest, AnOlderFileGainsTheNewColumns) {
-  {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
-    const char* old_schema =
-        "CREATE TABLE runs (run_id INTEGER PRIMARY KEY, mode TEXT NOT NULL, experiment TEXT NOT "
-        "NULL, system TEXT NOT NULL, model TEXT NOT NULL, hardware TEXT NOT NULL, trace TEXT NOT "
-        "NULL, trace_sha256 TEXT NOT NULL, config TEXT NOT NULL, config_sha256 TEXT NOT NULL, "
-        "git_commit TEXT NOT NULL, started_at TEXT NOT NULL, wall_s REAL, complete INTEGER NOT "
-        "NULL DEFAULT 0, status TEXT NOT NULL DEFAULT 'running');"
-        "CREATE TABLE transfers (run_id INTEGER NOT NULL REFERENCES runs(run_id) ON DELETE "
-        "CASCADE, request_id INTEGER NOT NULL, layer INTEGER NOT NULL, src TEXT NOT NULL, dst "
-        "TEXT NOT NULL, kind TEXT NOT NULL, purpose TEXT NOT NULL, bytes INTEGER NOT NULL, ios "
-        "INTEGER NOT NULL, submit_s REAL NOT NULL, start_s REAL NOT NULL, end_s REAL NOT NULL);"
-        "INSERT INTO runs VALUES (1, 'sim', 'e', 'as', 'm', 'h', 't', 'x', 'c', 'y', 'g', 'now', "
-        "1.0, 1, 'ok');"
-        "INSERT INTO transfers VALUES (1, 1, 0, 'ssd', 'cpu', 'ssd_read', 'demand', 10, 1, 0, 0, "
-        "0);";
-    ASSERT_EQ(sqlite3_exec(db, old_schema, nullptr, nullptr, nullptr), SQLITE_OK);
-    sqlite3_close(db);
-  }
-  ResultsDb db(path_);
-  const long long run = db.BeginRun(Info("spec"));
-  {
-    std::unique_ptr<RunLog> log = db.NewRunLog(run);
-    TransferRecord t;
-    t.outcome = TransferOutcome::kFailed;
-    log->LogTransfer(t);
-    log->Close();
-  }
-  db.FailRun(run, 0.1, "OutOfSpace: full");
-  EXPECT_EQ(Query("SELECT run_id, status, error FROM runs ORDER BY run_id"),
-            "1|ok|NULL\n" + std::to_string(run) + "|failed|OutOfSpace: full\n");
-  EXPECT_EQ(Query("SELECT run_id, status FROM transfers ORDER BY rowid"),
-            "1|ok\n" + std::to_string(run) + "|failed\n");
-}
-
-// A file from before the decode columns of `accuracy` (and before any view): opening it adds the
-// columns, then the views (accuracy_latency names kv_bits); old rows read NULL there.
-TEST_F(ResultsDbTest, AnOlderAccuracyTableGainsTheDecodeColumns) {
-  {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
-    const char* old_schema =
-        "CREATE TABLE accuracy (run_id INTEGER NOT NULL, task TEXT NOT NULL, selector TEXT NOT "
-        "NULL CHECK (selector IN ('full', 'itf', 'h2o', 'spi', 'random')), alpha REAL, retention "
-        "REAL NOT NULL, items INTEGER NOT NULL, correct INTEGER NOT NULL, accuracy REAL NOT NULL, "
-        "first_token_agreement REAL NOT NULL, mean_kept_fraction REAL NOT NULL, "
-        "itf_fallback_rate REAL);"
-        "INSERT INTO accuracy VALUES (1, 'piqa', 'h2o', NULL, 0.5, 10, 6, 0.6, 0.9, 0.5, NULL);";
-    ASSERT_EQ(sqlite3_exec(db, old_schema, nullptr, nullptr, nullptr), SQLITE_OK);
-    sqlite3_close(db);
-  }
-  { ResultsDb db(path_); }
-  EXPECT_EQ(Query("SELECT task, kv_bits, topk, hit_rate, kv_size_ratio FROM accuracy"),
-            "piqa|NULL|NULL|NULL|NULL\n");
-  EXPECT_EQ(Query("SELECT COUNT(*) FROM sqlite_master WHERE name = 'accuracy_latency'"), "1\n");
+TEST_F(ResultsDbTest, SchemaTextIsPinnedToItsVersion) {
+  // Files of one version must have one schema: a change of schema.sql or views.sql must come
+  // with a new kResultsSchemaVersion (and its text's hash here).
+  EXPECT_EQ(kResultsSchemaVersion, 1);
+  EXPECT_EQ(Sha256(std::string(kResultsSchemaSql) + kResultsViewsSql),
+            "7a0fab2c91ab482ac9191443da8c6c4ee9cb6c5a91209b86b762b989529b5580")
+      << "analysis/schema.sql or views.sql changed: bump kResultsSchemaVersion in "
+         "analysis/results_db.h and pin the new hash here";
 }
 
 }  // namespace
