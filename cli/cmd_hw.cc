@@ -46,7 +46,13 @@ ProgressOptions HwProgressOptions(const Config& base, bool quiet) {
 ChildFn HwChild(const std::string& out) {
   return [out](const Config& config, const ProgressFn& progress) {
     const std::string trace = config.GetString("workload.trace");  // resolved by the caller
-    hw::HwRunResult r = hw::RunHardware(config, trace, out, progress);
+    // Stopped between requests, so RunHardware unwinds and removes its chunk store.
+    const StopSignals stop;
+    const ProgressFn checked = [&](long long done, long long total, double t) {
+      stop.Check();
+      if (progress) progress(done, total, t);
+    };
+    hw::HwRunResult r = hw::RunHardware(config, trace, out, checked);
     char buf[160];
     std::snprintf(buf, sizeof buf, "%lld requests, %.2f s measured, %.2f s wall", r.requests,
                   r.measured_s, r.wall_s);

@@ -7,11 +7,15 @@
 // run into the same SQLite file; the parent prints a comparison table from the run_summary
 // view. Every system's configuration is validated before any simulation starts.
 
+#include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
@@ -24,11 +28,45 @@
 #include "cli/sim_common.h"
 #include "core/config.h"
 #include "core/errors.h"
+#include "core/input_file.h"
 #include "core/options.h"
 #include "sim/simulate.h"
 #include "traces/trace_io.h"
 
 namespace kvtier::cli {
+
+namespace {
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void OnStopSignal(int sig) {
+  if (g_stop_signal == 0) {
+    g_stop_signal = sig;
+    ::alarm(10);  // the request in progress gets 10 s to end; then SIGALRM ends the process
+  }
+}
+
+}  // namespace
+
+Interrupted::Interrupted(int signal)
+    : std::runtime_error(std::string("stopped by ") + strsignal(signal) +
+                         " between requests; the run stays incomplete"),
+      signal_(signal) {}
+
+StopSignals::StopSignals() {
+  struct sigaction sa {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+}
+
+StopSignals::~StopSignals() {
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) std::signal(sig, SIG_DFL);
+}
+
+void StopSignals::Check() const {
+  if (g_stop_signal != 0) throw Interrupted(g_stop_signal);
+}
 
 namespace {
 
@@ -77,6 +115,10 @@ int RunChild(const ChildFn& child, const Config& config, const std::string& labe
     const std::string id = std::to_string(r.run_id) + "\n";
     if (write(result_fd, id.data(), id.size()) < 0) return 1;
     return 0;
+  } catch (const Interrupted& e) {
+    bar.reset();
+    std::fprintf(stderr, "kvtier %s (%s): %s\n", command, label.c_str(), e.what());
+    return 128 + e.signal();
   } catch (const InputError& e) {
     bar.reset();  // ends an open terminal progress line before the message
     std::fprintf(stderr, "kvtier %s (%s): error: %s\n", command, label.c_str(), e.what());
@@ -113,6 +155,26 @@ ChildFn SimChild(const std::string& out) {
   };
 }
 
+namespace {
+
+// The signals that stop a parent of child runs, and with it its children.
+constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGHUP};
+// How long stopped children may take to end (an hw child finishes its request and removes its
+// chunk store) before they are killed.
+constexpr int kChildGraceSeconds = 10;
+
+// In a fresh child: die with the parent however the parent dies (SIGKILL included; the kernel
+// sends SIGTERM when it exits), with default signal dispositions and the parent's old mask.
+// The getppid check catches a parent that died between fork and prctl.
+void SetUpChild(pid_t parent, const sigset_t& old_mask) {
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() != parent) _exit(128 + SIGTERM);
+  for (int sig : kStopSignals) std::signal(sig, SIG_DFL);
+  ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+}
+
+}  // namespace
+
 std::vector<long long> RunInChildren(const std::vector<std::pair<std::string, Config>>& runs,
                                      int jobs, double progress_s, const char* command,
                                      const ChildFn& child, int* worst_exit,
@@ -122,43 +184,102 @@ std::vector<long long> RunInChildren(const std::vector<std::pair<std::string, Co
   std::map<pid_t, std::string> labels;
   std::size_t next = 0;
   *worst_exit = 0;
-  auto reap_one = [&] {
-    int status = 0;
-    pid_t pid = ::wait(&status);
-    if (pid <= 0) return;
-    int fd = children[pid];
-    children.erase(pid);
-    char buf[64] = {0};
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-    if (code == 0 && n > 0) run_ids.push_back(std::atoll(buf));
-    if (code != 0) *worst_exit = std::max(*worst_exit, code);
-    if (on_done) on_done(labels[pid], code);
-    labels.erase(pid);
+  // SIGCHLD and the stop signals are blocked and taken with sigtimedwait, so a stop signal is
+  // never lost between a check and a wait; children get the old mask back.
+  sigset_t wait_set, old_mask;
+  sigemptyset(&wait_set);
+  sigaddset(&wait_set, SIGCHLD);
+  for (int sig : kStopSignals) sigaddset(&wait_set, sig);
+  ::sigprocmask(SIG_BLOCK, &wait_set, &old_mask);
+  struct MaskRestore {
+    const sigset_t* mask;
+    ~MaskRestore() { ::sigprocmask(SIG_SETMASK, mask, nullptr); }
+  } restore{&old_mask};
+  const pid_t self = ::getpid();
+
+  // Reaps every child that has ended; returns how many.
+  auto reap = [&](bool report) {
+    int reaped = 0;
+    while (!children.empty()) {
+      int status = 0;
+      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) break;
+      auto it = children.find(pid);
+      if (it == children.end()) continue;
+      ++reaped;
+      const int fd = it->second;
+      children.erase(it);
+      char buf[64] = {0};
+      const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+      ::close(fd);
+      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (report) {
+        if (code == 0 && n > 0) run_ids.push_back(std::atoll(buf));
+        if (code != 0) *worst_exit = std::max(*worst_exit, code);
+        if (on_done) on_done(labels[pid], code);
+      }
+      labels.erase(pid);
+    }
+    return reaped;
   };
+
+  int stop_signal = 0;
   while (next < runs.size() || !children.empty()) {
     while (next < runs.size() && int(children.size()) < jobs) {
       int fds[2];
-      if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+      if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
       std::fflush(nullptr);
-      pid_t pid = fork();
+      const pid_t pid = ::fork();
       if (pid < 0) throw std::runtime_error("fork failed");
       if (pid == 0) {
-        close(fds[0]);
+        SetUpChild(self, old_mask);
+        ::close(fds[0]);
         int code = RunChild(child, runs[next].second, runs[next].first, command, progress_s,
                             rate_eta, fds[1]);
         std::fflush(nullptr);
         _exit(code);
       }
-      close(fds[1]);
+      ::close(fds[1]);
       children[pid] = fds[0];
       labels[pid] = runs[next].first;
       ++next;
     }
-    reap_one();
+    if (reap(true) > 0) continue;
+    siginfo_t info;
+    const timespec tick{1, 0};  // a bound, not a poll: SIGCHLD wakes it
+    const int sig = ::sigtimedwait(&wait_set, &info, &tick);
+    if (sig != SIGCHLD && sig > 0) {
+      stop_signal = sig;
+      break;
+    }
   }
-  return run_ids;
+  if (stop_signal == 0) return run_ids;
+
+  // Stopped: stop the children (their runs stay incomplete: complete = 0), wait for them a
+  // while, kill the rest, and end with the same signal, as if it had not been caught.
+  std::fprintf(stderr, "kvtier %s: %s: stopping %zu run(s); they stay incomplete\n", command,
+               strsignal(stop_signal), children.size());
+  for (const auto& [pid, fd] : children) ::kill(pid, SIGTERM);
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kChildGraceSeconds);
+  while (!children.empty() && std::chrono::steady_clock::now() < deadline) {
+    if (reap(false) > 0) continue;
+    siginfo_t info;
+    const timespec tick{0, 100'000'000};
+    ::sigtimedwait(&chld, &info, &tick);
+  }
+  for (const auto& [pid, fd] : children) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    ::close(fd);
+  }
+  std::fflush(nullptr);
+  std::signal(stop_signal, SIG_DFL);
+  ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  ::raise(stop_signal);
+  _exit(128 + stop_signal);  // if the signal was blocked before kvtier started
 }
 
 void PrintComparison(const std::string& out, const std::vector<long long>& run_ids) {

@@ -8,6 +8,7 @@
 #include "analysis/results_db.h"
 #include "cli/command_line.h"
 #include "core/errors.h"
+#include "core/input_file.h"
 #include "core/options.h"
 
 namespace kvtier::cli {
@@ -52,6 +53,8 @@ std::string ResolveTrace(const Config& config, const std::string& experiment_pat
     if (fs::exists(near)) p = near;
   }
   if (!fs::exists(p)) throw ConfigError(config.Where("workload.trace") + ": no file " + trace);
+  // Before any child starts: a trace is read several times (a FIFO would hang the run).
+  RequireRegularFile(p.string(), "trace file", InputKind::kTrace);
   return p.string();
 }
 

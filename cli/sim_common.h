@@ -3,6 +3,7 @@
 // `hw` and `validate` (their command line: cli/experiment_args.h).
 
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,12 +25,40 @@ struct ChildRun {
 };
 using ChildFn = std::function<ChildRun(const Config&, const ProgressFn&)>;
 
+// Thrown by a child run that a stop signal ended between two requests (StopSignals below);
+// the child prints it and exits 128 + signal, its run left incomplete.
+class Interrupted : public std::runtime_error {
+ public:
+  explicit Interrupted(int signal);
+  int signal() const { return signal_; }
+
+ private:
+  int signal_;
+};
+
+// In a child run that must clean up when stopped (kvtier hw: its chunk store): while alive,
+// SIGTERM, SIGINT and SIGHUP only set a flag that Check() turns into Interrupted, and arm a
+// 10 s alarm so a run stuck inside one request still ends (SIGALRM, uncaught).
+// One per process.
+class StopSignals {
+ public:
+  StopSignals();
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+  // Throws Interrupted once a stop signal has arrived.
+  void Check() const;
+};
+
 // Runs each (label, config) in its own child process (SimGrid's engine is one per process;
 // hardware runs must not share the machine), at most `jobs` at once, printing progress every
 // `progress_s` and errors prefixed by `kvtier <command>`. With `rate_eta` (hw, validate) a
 // run's progress is a Progress line (cli/progress.h: rate, ETA, one updating line on a
 // terminal, --quiet) instead, for one child at a time (jobs = 1). Returns the run ids of the
 // runs that finished; *worst_exit receives the largest child exit code.
+// Children die with the parent, whatever kills it (PR_SET_PDEATHSIG). When the parent gets
+// SIGTERM, SIGINT or SIGHUP it sends SIGTERM to its children, waits up to 10 s for them (then
+// SIGKILL), and ends by the same signal: no run it started is marked complete afterwards.
 std::vector<long long> RunInChildren(const std::vector<std::pair<std::string, Config>>& runs,
                                      int jobs, double progress_s, const char* command,
                                      const ChildFn& child, int* worst_exit,

@@ -3,7 +3,7 @@
 #include <sys/statfs.h>
 #include <sys/utsname.h>
 
-#include <filesystem>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
@@ -11,6 +11,7 @@
 #include "core/errors.h"
 #include "core/pipeline.h"
 #include "driver/experiment.h"
+#include "hw/store_dir.h"
 
 namespace kvtier::hw {
 namespace {
@@ -74,7 +75,7 @@ namespace {
 
 // What the hardware does differently around the experiment driver (driver/experiment.h): the
 // hardware executor and its chunk store (created before the run row, removed after the run
-// unless kept), the store filled with every prewarmed chunk, one request at a time with the
+// unless kept, also when the run throws), the store filled with every prewarmed chunk, one request at a time with the
 // executor sleeping until each arrival, and the environment in the metrics.
 class HwBackend : public ExperimentBackend {
  public:
@@ -83,10 +84,12 @@ class HwBackend : public ExperimentBackend {
   HwBackend(const Config& config, const ExperimentOptions& opts, const std::string& out_path)
       : opts_(opts),
         xo_(BuildHwExecutorOptions(config, opts, out_path + ".store-" + opts.system.name)),
-        remove_store_(config.GetString("hw.store_dir").empty() &&
-                      !config.GetBool("hw.keep_store")) {
-    std::error_code ec;
-    if (remove_store_) std::filesystem::remove_all(xo_.store_dir, ec);  // a crash's stale store
+        // Checked (exit 2 if unusable); removed by its destructor, after the executor's.
+        store_dir_(xo_.store_dir,
+                   config.GetString("hw.store_dir").empty() && !config.GetBool("hw.keep_store"),
+                   config.GetString("hw.store_dir").empty()
+                       ? "hw.store_dir (default " + xo_.store_dir + ")"
+                       : config.Where("hw.store_dir")) {
     if (Status s = HwExecutor::Create(opts.model, opts.hardware, xo_, &executor_); !s.ok()) {
       if (s.code() == Status::Code::kUnavailable || s.code() == Status::Code::kInvalidArgument) {
         throw ConfigError("kvtier hw: " + s.message());
@@ -94,11 +97,7 @@ class HwBackend : public ExperimentBackend {
       throw std::runtime_error("kvtier hw: cannot start the hardware executor: " + s.ToString());
     }
   }
-  ~HwBackend() override {
-    executor_.reset();  // before its store is removed
-    std::error_code ec;
-    if (remove_store_) std::filesystem::remove_all(xo_.store_dir, ec);
-  }
+  ~HwBackend() override { executor_.reset(); }  // before store_dir_ removes its directory
 
   const char* mode() const override { return "hw"; }
   const char* end_time_metric() const override { return "measured_s"; }
@@ -190,7 +189,7 @@ class HwBackend : public ExperimentBackend {
  private:
   const ExperimentOptions& opts_;
   const HwExecutorOptions xo_;
-  const bool remove_store_;
+  const RunStoreDir store_dir_;
   std::unique_ptr<HwExecutor> executor_;
 };
 
@@ -205,6 +204,9 @@ HwRunResult RunHardware(const Config& config, const std::string& trace_path,
                       ": kvtier hw serves one prefill at a time; only 1 is supported");
   }
   experiment.CheckTrace();  // before the store is created
+  for (const std::string& stale : RemoveStaleStores(out_path)) {
+    std::fprintf(stderr, "kvtier hw: removed %s, the chunk store of a killed run\n", stale.c_str());
+  }
   HwBackend backend(config, opts, out_path);
   const ExperimentResult r = experiment.Run(backend, progress);
   HwRunResult result;

@@ -2,9 +2,13 @@
 // mode = 'hw', the measured requests are all ok, and the environment rows are there.
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -209,6 +213,111 @@ TEST(KvtierHwFailure, ValidateFailsWhenItsHwRunFails) {
       << out;
   EXPECT_NE(out.find("did not complete; nothing is compared"), std::string::npos) << out;
   ExpectFailedRun(dir.path() + "/r.sqlite", {"OutOfSpace"});  // and no sim run
+}
+
+// --- Reliability regressions (issue 18) ---
+
+// A smollm2 trace of `requests` requests and an experiment running `as` on the host backend
+// (a 64 MiB store).
+std::string MakeLongExperiment(const std::string& d, int requests) {
+  std::string out;
+  EXPECT_EQ(RunCmd(Kvtier() + " trace gen --quiet --out " + d + "/t.trace --requests " +
+                       std::to_string(requests) +
+                       " --prompts 2 --tasks 1 --examples_min 1 --examples_max 2 "
+                       "--example_tokens 200 --example_tokens_sd 20 --rate 50 "
+                       "--model-name smollm2-135m --model-layers 30 --model-heads 9 "
+                       "--model-kv-heads 3 --vocab 49152 --calibration_tokens 256",
+                   &out),
+            0)
+      << out;
+  std::ofstream(d + "/exp.ini")
+      << "[include]\nmodel = smollm2-135m\nhardware = a100-pcie4-nvme\nsystem = as\n"
+         "[experiment]\nname = hw-test\n[workload]\ntrace = t.trace\n"
+         "[cache]\ngpu_capacity = 4MiB\ncpu_capacity = 16MiB\n"
+         "[hw]\nbackend = host\nmax_memory = 256MiB\nstore_capacity = 64MiB\n";
+  return d + "/exp.ini";
+}
+
+TEST(KvtierHw, StoreDirThatCannotHoldAStoreExitsTwo) {
+  testing::ScratchDir dir;
+  const std::string d = dir.path();
+  const std::string exp = MakeLongExperiment(d, 2);
+  std::ofstream(d + "/plain") << "a regular file\n";
+  for (const std::string& bad :
+       {std::string("/proc/kvtier-store"), d + "/plain", std::string("/proc")}) {
+    std::string out;
+    EXPECT_EQ(RunCmd(Kvtier() + " hw --config " + exp + " --out " + d + "/r.sqlite " +
+                         "--hw.store_dir=" + bad,
+                     &out),
+              2)
+        << bad << ": " << out;
+    EXPECT_NE(out.find("command line: hw.store_dir"), std::string::npos) << out;
+    EXPECT_EQ(out.find("internal error"), std::string::npos) << out;
+  }
+}
+
+// Starts `kvtier hw` on `exp` (in its own process group) and waits until its chunk store
+// exists and its run has committed requests.
+pid_t StartHw(const std::string& exp, const std::string& db) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::execl(KVTIER_CLI, KVTIER_CLI, "hw", "--config", exp.c_str(), "--out", db.c_str(),
+            static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  for (int i = 0; i < 1200; ++i) {
+    ::usleep(50000);
+    sqlite3* h = nullptr;
+    double n = -1;
+    if (std::filesystem::exists(db + ".store-as") &&
+        sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+      n = Scalar(h, "SELECT COUNT(*) FROM requests");
+    }
+    sqlite3_close(h);
+    if (n > 0) break;
+  }
+  return pid;
+}
+
+TEST(KvtierHw, SigtermRemovesTheChunkStoreAndLeavesTheRunIncomplete) {
+  testing::ScratchDir dir;
+  const std::string d = dir.path(), db = d + "/r.sqlite";
+  const pid_t pid = StartHw(MakeLongExperiment(d, 3000), db);
+  ASSERT_TRUE(std::filesystem::exists(db + ".store-as")) << "the run never started";
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
+  EXPECT_FALSE(std::filesystem::exists(db + ".store-as")) << "the 64 MiB store was left behind";
+  sqlite3* h = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+  EXPECT_EQ(Scalar(h, "SELECT COUNT(*) FROM runs WHERE complete = 0"), 1);
+  EXPECT_EQ(Scalar(h, "SELECT COUNT(*) FROM run_summary"), 0);
+  sqlite3_close(h);
+}
+
+TEST(KvtierHw, ChunkStoreOfASigkilledRunIsRemovedByTheNextRun) {
+  testing::ScratchDir dir;
+  const std::string d = dir.path(), db = d + "/r.sqlite";
+  const std::string exp = MakeLongExperiment(d, 3000);
+  const pid_t pid = StartHw(exp, db);
+  ASSERT_TRUE(std::filesystem::exists(db + ".store-as")) << "the run never started";
+  ::kill(-pid, SIGKILL);  // parent and child at once: nothing can clean up
+  ::waitpid(pid, nullptr, 0);
+  ::usleep(200000);  // the child, reparented, is reaped by init
+  ASSERT_TRUE(std::filesystem::exists(db + ".store-as/kvtier-owner"));
+  std::string out;
+  ASSERT_EQ(RunCmd(Kvtier() + " hw --config " + exp + " --out " + db +
+                       " --systems recomp --run.max_requests=2",
+                   &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("removed " + db + ".store-as, the chunk store of a killed run"),
+            std::string::npos)
+      << out;
+  EXPECT_FALSE(std::filesystem::exists(db + ".store-as"));
+  EXPECT_FALSE(std::filesystem::exists(db + ".store-recomp"));
 }
 
 }  // namespace
