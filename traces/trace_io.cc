@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -431,6 +432,8 @@ TraceReader::TraceReader(const std::string& path) : path_(path) {
   file_ = std::fopen(path.c_str(), "rb");
   if (!file_) throw TraceError(path + ": cannot open: " + std::strerror(errno));
   std::setvbuf(file_, nullptr, _IOFBF, 1 << 20);
+  struct stat st {};
+  if (::fstat(::fileno(file_), &st) == 0) file_bytes_ = std::uint64_t(st.st_size);
   try {
     ReadHeader();
   } catch (...) {
@@ -454,6 +457,10 @@ void TraceReader::ReadHeader() {
   }
   if (std::fread(&len, 1, 4, file_) != 4) throw TraceError(path + ": header: truncated");
   if (len > kMaxHeaderBytes) throw TraceError(path + ": header: length " + std::to_string(len) + " too large");
+  if (len > file_bytes_) {
+    throw TraceError(path + ": header: truncated (length " + std::to_string(len) +
+                     " is more than the file holds)");
+  }
   buf_.resize(len);
   std::uint32_t crc = 0;
   if (std::fread(buf_.data(), 1, len, file_) != len || std::fread(&crc, 1, 4, file_) != 4) {
@@ -542,6 +549,12 @@ bool TraceReader::Next(TraceRecord* record) {
     return false;
   }
   if (len > kMaxRecordBytes) Fail("record length " + std::to_string(len) + " exceeds 1 GiB (corrupted)");
+  // Checked against the file's size before anything is allocated: a corrupted length in a small
+  // file must not cost a 1 GiB allocation (the fuzzer found every such input 30x slower).
+  if (len > file_bytes_ - std::min(bytes_, file_bytes_)) {
+    Fail("truncated file (record body: wanted " + std::to_string(len) + " bytes, the file has " +
+         std::to_string(file_bytes_ - std::min(bytes_, file_bytes_)) + " left)");
+  }
   buf_.resize(len);
   ReadExact(buf_.data(), len, "record body");
   std::uint32_t crc = 0;

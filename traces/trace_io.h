@@ -94,6 +94,7 @@ class TraceReader {
   std::vector<std::uint8_t> buf_;
   std::int64_t records_ = 0;  // records fully read
   std::uint64_t bytes_ = 0;
+  std::uint64_t file_bytes_ = 0;  // the file's size: no length field may claim more
   bool done_ = false;
 };
 

@@ -186,6 +186,18 @@ TEST(TraceMalformed, HugeLengthIsRejectedNotAllocated) {
   ExpectBad(path, "record 0", "exceeds 1 GiB");
 }
 
+// Found by fuzz_trace_reader: a length below 1 GiB but beyond the file was allocated (and
+// zeroed) before the short read was noticed; the fuzzer ran 25 inputs/s, 5,700/s once the
+// length is checked against the file's size.
+TEST(TraceMalformed, LengthBeyondTheFileIsTruncationWithoutAllocating) {
+  const std::string path = MakeTrace("len2.kvt");
+  Bytes8 b = ReadAll(path);
+  const std::uint32_t big = (1u << 30) - 1;
+  std::memcpy(b.data() + RecordOffset(b, 1), &big, 4);
+  WriteAll(path, b);
+  ExpectBad(path, "record 1", "truncated file (record body: wanted 1073741823 bytes, the file has");
+}
+
 TEST(TraceMalformed, DecodeTopKIndexOutOfRange) {
   const std::string path = MakeTrace("range.kvt");
   Bytes8 b = ReadAll(path);
