@@ -17,7 +17,8 @@ namespace kvtier::fuzz {
 // A scratch directory for this fuzzing process, under $TMPDIR (tmpfs in /dev/shm when present,
 // so the file a target writes per input costs no disk I/O).
 inline const std::string& ScratchDir() {
-  static const std::string dir = [] {
+  // Never destroyed: the atexit cleanup below runs after static destructors would have.
+  static const std::string* const dir = [] {
     const char* tmp = std::getenv("KVTIER_FUZZ_TMP");
     std::filesystem::path root = tmp                                        ? tmp
                                  : std::filesystem::is_directory("/dev/shm") ? "/dev/shm"
@@ -28,9 +29,9 @@ inline const std::string& ScratchDir() {
       std::error_code ec;
       std::filesystem::remove_all(ScratchDir(), ec);
     });
-    return d.string();
+    return new std::string(d.string());
   }();
-  return dir;
+  return *dir;
 }
 
 // Writes `size` bytes to `name` in the scratch directory; returns its path.
