@@ -292,6 +292,11 @@ MooncakeImportSummary ImportMooncake(const std::string& jsonl_path, const std::s
     const std::int64_t input = NonNegativeInt(f.input_length, where, "input_length");
     const std::int64_t output = NonNegativeInt(f.output_length, where, "output_length");
     if (input < 1) throw TraceError(where + ": input_length must be >= 1");
+    // A trace's lengths are at most 2^40 tokens (traces/FORMAT.md, "Validation"); found by
+    // fuzz_mooncake, which had the importer write a trace its own reader refused.
+    if (input > (std::int64_t(1) << 40) || output > (std::int64_t(1) << 40)) {
+      throw TraceError(where + ": input_length or output_length above 2^40 tokens");
+    }
     const std::int64_t max_blocks = (input + opt.block_tokens - 1) / opt.block_tokens;
     if (std::int64_t(f.hash_ids.size()) > max_blocks) {
       throw TraceError(where + ": " + std::to_string(f.hash_ids.size()) +

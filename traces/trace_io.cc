@@ -33,6 +33,7 @@ namespace {
 
 constexpr std::uint32_t kMaxRecordBytes = 1u << 30;
 constexpr std::uint32_t kMaxHeaderBytes = 1u << 24;
+constexpr std::int64_t kMaxLengthTokens = std::int64_t(1) << 40;  // query and output lengths
 constexpr char kEndTag[4] = {'K', 'E', 'N', 'D'};
 constexpr std::uint64_t kExtDecodeTopK = 1;
 constexpr std::uint64_t kExtDecodeTopKSets = 2;
@@ -215,6 +216,11 @@ std::string CheckRecord(const TraceHeader& header, const TraceRecord& rec) {
   if (q.tokens_per_symbol < 1) return "tokens_per_symbol < 1";
   if (q.query_tokens < 0) return "negative query length";
   if (q.output_tokens < 0) return "negative output length";
+  // The reader's bounds (DecodeRecord), so that a writer never writes what the reader refuses.
+  if (q.tokens_per_symbol > (1 << 24)) return "tokens_per_symbol above 2^24";
+  if (q.query_tokens > kMaxLengthTokens || q.output_tokens > kMaxLengthTokens) {
+    return "query or output length above 2^40 tokens";
+  }
   if (rec.prefix_kind != PrefixKind::kTokens && rec.prefix_kind != PrefixKind::kBlocks) {
     return "unknown prefix kind " + std::to_string(int(rec.prefix_kind));
   }
@@ -637,7 +643,7 @@ void TraceReader::DecodeRecord(TraceRecord* rec) {
     q.prefix[i] = prev;
   }
   if (!r.Var(&qt) || !r.Var(&ot)) Fail("malformed lengths");
-  if (qt > (1ull << 40) || ot > (1ull << 40)) Fail("query or output length out of range");
+  if (qt > kMaxLengthTokens || ot > kMaxLengthTokens) Fail("query or output length out of range");
   q.query_tokens = std::int64_t(qt);
   q.output_tokens = std::int64_t(ot);
   if (!r.Var(&n) || n > r.remaining()) Fail("malformed query ids");

@@ -342,6 +342,23 @@ TEST(MooncakeMalformed, DeeplyNestedExtraFieldIsSkippedNotACrash) {
   std::remove(out.c_str());
 }
 
+// Found by fuzz_mooncake: the importer wrote a record its own reader refused ("query or output
+// length out of range"); the importer names the line, and the writer checks the reader's bounds.
+TEST(MooncakeMalformed, LengthAboveTheTraceFormatsBoundIsRejectedWithItsLine) {
+  ExpectBadJsonl(
+      R"({"timestamp": 1593000, "input_length": 23116666666660, "output_length": 268, )"
+      R"("hash_ids": [0, 40569, 2028520686684]})",
+      "1", "above 2^40 tokens");
+  TraceHeader h;
+  h.producer = "test";
+  h.model = {"tiny", 2, 2, 2};
+  TraceRecord r;
+  r.request.query_tokens = (std::int64_t(1) << 40) + 1;
+  const std::string path = TempPath("long-query.kvt");
+  TraceWriter w(path, h);
+  EXPECT_THROW(w.Write(r), InputError);
+}
+
 TEST(MooncakeMalformed, OutOfOrderTimestampsAreRejected) {
   ExpectBadJsonl(
       R"({"timestamp": 5, "input_length": 40, "output_length": 1, "hash_ids": [0]})"
