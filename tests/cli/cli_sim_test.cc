@@ -400,7 +400,8 @@ TEST_F(SimCliTest, ResumedSweepRedoesExactlyTheKilledPointsAndFailedOnesOnlyWhen
   };
   // Two points as a kill leaves them, one as a run-time failure leaves it.
   exec("UPDATE runs SET complete = 0, status = 'running' WHERE run_id IN (1, 2)");
-  exec("UPDATE runs SET status = 'failed' WHERE run_id = 3");
+  exec("UPDATE runs SET complete = 0, status = 'failed', error = 'IoError: injected' "
+       "WHERE run_id = 3");
   const std::string killed =
       Query(db, "SELECT group_concat(config_sha256) FROM (SELECT config_sha256 FROM runs "
                 "WHERE run_id IN (1, 2) ORDER BY 1)");

@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# The kill -9 campaign (docs/reliability.md, "Kills"): runs kvtier sim, sweep, trace record and
+# eval and kills each with SIGKILL at a random point, KILLS times per command, then checks
+# what the kill left:
+#   - no process of the killed command survives (children die with their parent);
+#   - the results database passes PRAGMA integrity_check;
+#   - every run the killed command started is either complete = 1 with all its requests, or
+#     complete = 0 (status 'running'), and no view shows a row of an incomplete run;
+#   - sweep: a resumed sweep runs exactly the points without a complete run, then every point
+#     has one complete run and no incomplete run is left;
+#   - trace record: the output is absent or a valid trace (never a truncated one).
+# sim and sweep kills alternate between the parent alone (as an OOM killer or a scheduler would:
+# its children must follow) and the whole process group.
+#
+#   bash scripts/kill_campaign.sh [KILLS_PER_COMMAND] [SEED]      (default 6 and 1)
+#
+# Needs build/cli/kvtier (KVTIER_BUILD_DIR) and, for record and eval, the SmolLM2 model of
+# scripts/fetch_model.sh. Prints one line per kill and a summary; exit 1 if any check fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$(pwd)"
+k="$root/${KVTIER_BUILD_DIR:-build}/cli/kvtier"
+kills="${1:-6}"
+RANDOM="${2:-1}"
+[[ -x "$k" ]] || { echo "kill_campaign: no $k; build first" >&2; exit 2; }
+command -v sqlite3 >/dev/null || { echo "kill_campaign: needs the sqlite3 shell" >&2; exit 2; }
+work="$(mktemp -d "${TMPDIR:-/tmp}/kvtier-kill.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+export KVTIER_CONFIG_DIR="$root/configs" KVTIER_SELECTION_MEMO="$work/selections"
+failures=0 total=0
+declare -A killed_runs finished_runs
+
+fail() { echo "  FAIL: $*"; failures=$((failures + 1)); }
+q() { sqlite3 "$1" "$2"; }
+
+# Waits up to 10 s until no process has `$1` on its command line.
+survivors() {
+  local i
+  for i in $(seq 100); do
+    pgrep -f -- "$1" >/dev/null || return 0
+    sleep 0.1
+  done
+  pgrep -af -- "$1"
+  return 1
+}
+
+# Starts "$@" in its own process group; sets $pid.
+start() {
+  setsid "$@" >"$work/out.log" 2>&1 &
+  pid=$!
+}
+
+# Kills $pid (parent) or its whole group after $1 seconds; waits for it.
+kill_after() {
+  local delay="$1" how="$2"
+  sleep "$delay"
+  if [[ "$how" == parent ]]; then kill -9 "$pid" 2>/dev/null || true
+  else kill -9 -- "-$pid" 2>/dev/null || true; fi
+  wait "$pid" 2>/dev/null || true
+}
+
+# A random delay in [lo, hi) seconds, printed with 2 decimals.
+rand_delay() { awk -v lo="$1" -v hi="$2" -v r="$RANDOM" 'BEGIN { printf "%.2f", lo + (hi - lo) * r / 32768 }'; }
+
+# Checks a results database after a kill: integrity, complete runs whole, views clean.
+check_db() {  # check_db DB FIRST_NEW_RUN_ID EXPECTED_REQUESTS_PER_RUN
+  local db="$1" first="$2" want="$3"
+  [[ -f "$db" ]] || return 0  # killed before it created the file
+  [[ "$(q "$db" 'PRAGMA integrity_check')" == ok ]] || fail "$db: integrity_check"
+  if [[ "$want" -gt 0 ]]; then
+    local partial
+    partial="$(q "$db" "SELECT COUNT(*) FROM runs r WHERE run_id >= $first AND complete = 1 AND
+      (SELECT COUNT(*) FROM requests q WHERE q.run_id = r.run_id) != $want")"
+    [[ "$partial" == 0 ]] || fail "$db: $partial complete run(s) without all their requests"
+  fi
+  local bad
+  bad="$(q "$db" "SELECT (SELECT COUNT(*) FROM run_summary v JOIN runs USING (run_id) WHERE complete = 0)
+    + (SELECT COUNT(*) FROM ttft_cdf v JOIN runs USING (run_id) WHERE complete = 0)
+    + (SELECT COUNT(*) FROM layer_retention v JOIN runs USING (run_id) WHERE complete = 0)
+    + (SELECT COUNT(*) FROM io_breakdown v JOIN runs USING (run_id) WHERE complete = 0)
+    + (SELECT COUNT(*) FROM stage_busy v JOIN runs USING (run_id) WHERE complete = 0)
+    + (SELECT COUNT(*) FROM accuracy_latency v JOIN runs r ON r.run_id = v.eval_run_id WHERE r.complete = 0)")"
+  [[ "$bad" == 0 ]] || fail "$db: $bad view row(s) of incomplete runs"
+  local k0 k1
+  k0="$(q "$db" "SELECT COUNT(*) FROM runs WHERE run_id >= $first AND complete = 0")"
+  k1="$(q "$db" "SELECT COUNT(*) FROM runs WHERE run_id >= $first AND complete = 1")"
+  killed_runs[$cmd]=$(( ${killed_runs[$cmd]:-0} + k0 ))
+  finished_runs[$cmd]=$(( ${finished_runs[$cmd]:-0} + k1 ))
+  echo "    runs left incomplete $k0, completed before the kill $k1"
+}
+
+next_id() { [[ -f "$1" ]] && q "$1" "SELECT COALESCE(MAX(run_id), 0) + 1 FROM runs" || echo 1; }
+
+# --- inputs --------------------------------------------------------------------------------
+requests=1200
+"$k" trace gen -o "$work/t.kvt" --requests "$requests" --rate 20 --prompts 4 --examples_min 2 \
+  --examples_max 3 --example_tokens 200 --example_tokens_sd 20 --calibration_tokens 256 --quiet
+cat >"$work/e.ini" <<INI
+[include]
+model = opt-13b
+hardware = a100-pcie4-nvme
+[experiment]
+name = kill
+[workload]
+trace = $work/t.kvt
+INI
+sim_cmd=("$k" sim --config "$work/e.ini" --systems as,spec -j 2)
+sweep_cmd=("$k" sweep --config "$work/e.ini" --systems as,spec
+           --set cache.gpu_capacity=1GiB,4GiB,16GiB --run.max_requests=400 -j 2)
+model="${KVTIER_MODEL:-$HOME/.cache/kvtier/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
+record_cmd=("$k" trace record --model "$model" --dataset copa --prompts 3 --queries 2
+            --max-prefix-tokens 512)
+eval_cmd=("$k" eval --model "$model" --tasks copa --items 8 --retentions 0.5,0.25 --alphas 0.6
+          --threads 1)
+
+# How long each command runs unkilled (kill times are drawn within it).
+timeit() { local t0; t0=$(date +%s.%N); "$@" >/dev/null 2>&1; awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
+declare -A dur
+dur[sim]=$(timeit "${sim_cmd[@]}" --out "$work/calib-sim.sqlite")
+dur[sweep]=$(timeit "${sweep_cmd[@]}" --out "$work/calib-sweep.sqlite")
+have_model=0
+[[ -f "$model" ]] && have_model=1
+if [[ $have_model == 1 ]]; then
+  dur[record]=$(timeit "${record_cmd[@]}" --out "$work/calib.kvt")
+  dur[eval]=$(timeit "${eval_cmd[@]}" --out "$work/calib-eval.sqlite")
+else
+  echo "kill_campaign: no model at $model: record and eval are skipped" >&2
+fi
+echo "unkilled durations (s): sim ${dur[sim]}, sweep ${dur[sweep]}, record ${dur[record]:-skipped}, eval ${dur[eval]:-skipped}"
+
+# --- kills ---------------------------------------------------------------------------------
+for ((i = 1; i <= kills; i++)); do
+  how=$([[ $((i % 2)) == 1 ]] && echo parent || echo group)
+
+  cmd=sim db="$work/sim.sqlite"
+  first=$(next_id "$db")
+  delay=$(rand_delay 0.2 "${dur[sim]}")
+  echo "sim #$i: SIGKILL to the $how at ${delay}s"
+  start "${sim_cmd[@]}" --out "$db"
+  kill_after "$delay" "$how"
+  survivors "$db" || fail "sim: a process survived"
+  check_db "$db" "$first" $((requests))
+  total=$((total + 1))
+
+  cmd=sweep db="$work/sweep-$i.sqlite"
+  delay=$(rand_delay 0.2 "${dur[sweep]}")
+  echo "sweep #$i: SIGKILL to the $how at ${delay}s"
+  start "${sweep_cmd[@]}" --out "$db"
+  kill_after "$delay" "$how"
+  survivors "$db" || fail "sweep: a process survived"
+  check_db "$db" 1 400
+  todo=0
+  [[ -f "$db" ]] && todo=$(q "$db" "SELECT 6 - COUNT(DISTINCT config_sha256) FROM runs WHERE complete = 1") || todo=6
+  redo="$([[ -f "$db" ]] && q "$db" "SELECT group_concat(config_sha256) FROM (SELECT DISTINCT
+    config_sha256 FROM runs WHERE complete = 0 ORDER BY 1)" || true)"
+  before=$(next_id "$db")
+  "${sweep_cmd[@]}" --out "$db" >/dev/null 2>"$work/resume.log" || fail "sweep: resume failed"
+  grep -q "6 points ($((6 - todo)) done before, $todo to run)" "$work/resume.log" ||
+    fail "sweep: resume did not run exactly the $todo unfinished point(s): $(head -1 "$work/resume.log")"
+  [[ "$(q "$db" "SELECT COUNT(DISTINCT config_sha256) FROM runs WHERE complete = 1")" == 6 ]] ||
+    fail "sweep: not every point complete after the resume"
+  [[ "$(q "$db" "SELECT COUNT(*) FROM runs WHERE complete = 0")" == 0 ]] ||
+    fail "sweep: incomplete runs left after the resume"
+  rerun="$(q "$db" "SELECT group_concat(config_sha256) FROM (SELECT config_sha256 FROM runs
+    WHERE run_id >= $before ORDER BY 1)")"
+  # The killed points with a partial run are among the rerun ones (the others never started).
+  for sha in ${redo//,/ }; do [[ ",$rerun," == *",$sha,"* ]] || fail "sweep: killed point $sha not rerun"; done
+  echo "    resume ran $todo point(s)"
+  total=$((total + 1))
+
+  if [[ $have_model == 1 ]]; then
+    cmd=record out="$work/rec-$i.kvt"
+    delay=$(rand_delay 0.2 "${dur[record]}")
+    echo "record #$i: SIGKILL at ${delay}s"
+    start "${record_cmd[@]}" --out "$out"
+    kill_after "$delay" group
+    survivors "$out" || fail "record: a process survived"
+    if [[ -e "$out" ]]; then
+      "$k" trace info "$out" >/dev/null 2>&1 || fail "record: $out is not a valid trace"
+      echo "    finished before the kill: valid trace"
+    else
+      echo "    no trace under its name$([[ -e "$out.partial" ]] && echo " (a .partial left)")"
+    fi
+    rm -f "$out" "$out.partial"
+    total=$((total + 1))
+
+    cmd=eval db="$work/eval.sqlite"
+    first=$(next_id "$db")
+    delay=$(rand_delay 0.2 "${dur[eval]}")
+    echo "eval #$i: SIGKILL at ${delay}s"
+    start "${eval_cmd[@]}" --out "$db"
+    kill_after "$delay" group
+    survivors "$db" || fail "eval: a process survived"
+    check_db "$db" "$first" 0
+    total=$((total + 1))
+  fi
+done
+
+echo
+echo "kill_campaign: $total kills, $failures failed check(s)"
+for c in sim sweep eval; do
+  echo "  $c: runs left incomplete ${killed_runs[$c]:-0}, runs that completed before their kill ${finished_runs[$c]:-0}"
+done
+[[ $failures == 0 ]]
