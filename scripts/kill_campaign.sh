@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# The kill -9 campaign (docs/reliability.md, "Kills"): runs kvtier sim, sweep, trace record and
-# eval and kills each with SIGKILL at a random point, KILLS times per command, then checks
-# what the kill left:
+# The kill campaign (docs/reliability.md, "Kills"): runs kvtier sim, sweep, hw, trace record and
+# eval and kills each at a random point, KILLS times per command, then checks what the kill
+# left:
 #   - no process of the killed command survives (children die with their parent);
 #   - the results database passes PRAGMA integrity_check;
 #   - every run the killed command started is either complete = 1 with all its requests, or
 #     complete = 0 (status 'running'), and no view shows a row of an incomplete run;
 #   - sweep: a resumed sweep runs exactly the points without a complete run, then every point
 #     has one complete run and no incomplete run is left;
+#   - hw: after SIGTERM its chunk store <out>.store-<system> is gone; after SIGKILL one left
+#     carries its owner file and the next kvtier hw on the same --out removes it (and says so);
 #   - trace record: the output is absent or a valid trace (never a truncated one).
-# sim and sweep kills alternate between the parent alone (as an OOM killer or a scheduler would:
-# its children must follow) and the whole process group.
+# sim, sweep and hw kills cycle through SIGKILL to the parent alone (as an OOM killer or a
+# scheduler would: its children must follow), SIGKILL to the whole process group and SIGTERM
+# to the parent (it must stop its children and mark nothing complete); record and eval (one
+# process) get SIGKILL.
 #
 #   bash scripts/kill_campaign.sh [KILLS_PER_COMMAND] [SEED]      (default 6 and 1)
 #
@@ -50,13 +54,18 @@ start() {
   pid=$!
 }
 
-# Kills $pid (parent) or its whole group after $1 seconds; waits for it.
+# After $1 seconds: SIGKILL to $pid (how = parent) or its whole group (group), or SIGTERM to
+# $pid (term); waits for it. Sets $rc to its exit status (137: SIGKILL, 143: SIGTERM).
 kill_after() {
   local delay="$1" how="$2"
   sleep "$delay"
-  if [[ "$how" == parent ]]; then kill -9 "$pid" 2>/dev/null || true
-  else kill -9 -- "-$pid" 2>/dev/null || true; fi
-  wait "$pid" 2>/dev/null || true
+  case "$how" in
+    parent) kill -9 "$pid" 2>/dev/null || true ;;
+    group) kill -9 -- "-$pid" 2>/dev/null || true ;;
+    term) kill -TERM "$pid" 2>/dev/null || true ;;
+  esac
+  rc=0
+  wait "$pid" 2>/dev/null || rc=$?
 }
 
 # A random delay in [lo, hi) seconds, printed with 2 decimals.
@@ -89,6 +98,12 @@ check_db() {  # check_db DB FIRST_NEW_RUN_ID EXPECTED_REQUESTS_PER_RUN
   echo "    runs left incomplete $k0, completed before the kill $k1"
 }
 
+# After SIGTERM to a parent: it ended by SIGTERM (143) or had finished (0); never another code.
+check_term() {
+  [[ $how == term ]] || return 0
+  [[ $rc == 143 || $rc == 0 ]] || fail "$1: exit $rc after SIGTERM (want 143, or 0 if it had finished)"
+}
+
 next_id() { [[ -f "$1" ]] && q "$1" "SELECT COALESCE(MAX(run_id), 0) + 1 FROM runs" || echo 1; }
 
 # --- inputs --------------------------------------------------------------------------------
@@ -108,9 +123,32 @@ sim_cmd=("$k" sim --config "$work/e.ini" --systems as,spec -j 2)
 sweep_cmd=("$k" sweep --config "$work/e.ini" --systems as,spec
            --set cache.gpu_capacity=1GiB,4GiB,16GiB --run.max_requests=400 -j 2)
 model="${KVTIER_MODEL:-$HOME/.cache/kvtier/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
-record_cmd=("$k" trace record --model "$model" --dataset copa --prompts 3 --queries 2
+record_cmd=("$k" trace record --model "$model" --dataset copa --prompts 2 --queries 1
             --max-prefix-tokens 512)
-eval_cmd=("$k" eval --model "$model" --tasks copa --items 8 --retentions 0.5,0.25 --alphas 0.6
+hw_requests=400
+"$k" trace gen -o "$work/hw.kvt" --requests "$hw_requests" --prompts 2 --tasks 1 --examples_min 1 \
+  --examples_max 2 --example_tokens 200 --example_tokens_sd 20 --rate 50 \
+  --model-name smollm2-135m --model-layers 30 --model-heads 9 --model-kv-heads 3 --vocab 49152 \
+  --calibration_tokens 256 --quiet
+cat >"$work/hw.ini" <<INI
+[include]
+model = smollm2-135m
+hardware = a100-pcie4-nvme
+system = as
+[experiment]
+name = kill-hw
+[workload]
+trace = $work/hw.kvt
+[cache]
+gpu_capacity = 4MiB
+cpu_capacity = 16MiB
+[hw]
+backend = host
+max_memory = 256MiB
+store_capacity = 64MiB
+INI
+hw_cmd=("$k" hw --config "$work/hw.ini" --quiet)
+eval_cmd=("$k" eval --model "$model" --tasks copa --items 3 --retentions 0.5 --alphas 0.6
           --threads 1)
 
 # How long each command runs unkilled (kill times are drawn within it).
@@ -118,6 +156,8 @@ timeit() { local t0; t0=$(date +%s.%N); "$@" >/dev/null 2>&1; awk -v a="$t0" -v 
 declare -A dur
 dur[sim]=$(timeit "${sim_cmd[@]}" --out "$work/calib-sim.sqlite")
 dur[sweep]=$(timeit "${sweep_cmd[@]}" --out "$work/calib-sweep.sqlite")
+dur[hw]=$(timeit "${hw_cmd[@]}" --out "$work/calib-hw.sqlite")
+hw_rows=$(q "$work/calib-hw.sqlite" "SELECT COUNT(*) FROM requests")  # a complete run's rows
 have_model=0
 [[ -f "$model" ]] && have_model=1
 if [[ $have_model == 1 ]]; then
@@ -126,28 +166,32 @@ if [[ $have_model == 1 ]]; then
 else
   echo "kill_campaign: no model at $model: record and eval are skipped" >&2
 fi
-echo "unkilled durations (s): sim ${dur[sim]}, sweep ${dur[sweep]}, record ${dur[record]:-skipped}, eval ${dur[eval]:-skipped}"
+echo "unkilled durations (s): sim ${dur[sim]}, sweep ${dur[sweep]}, hw ${dur[hw]}, record ${dur[record]:-skipped}, eval ${dur[eval]:-skipped}"
 
 # --- kills ---------------------------------------------------------------------------------
 for ((i = 1; i <= kills; i++)); do
-  how=$([[ $((i % 2)) == 1 ]] && echo parent || echo group)
+  case $((i % 3)) in 1) how=parent ;; 2) how=group ;; 0) how=term ;; esac
+  sig=$([[ $how == term ]] && echo SIGTERM || echo SIGKILL)
+  to=$([[ $how == group ]] && echo "process group" || echo parent)
 
   cmd=sim db="$work/sim.sqlite"
   first=$(next_id "$db")
   delay=$(rand_delay 0.2 "${dur[sim]}")
-  echo "sim #$i: SIGKILL to the $how at ${delay}s"
+  echo "sim #$i: $sig to the $to at ${delay}s"
   start "${sim_cmd[@]}" --out "$db"
   kill_after "$delay" "$how"
   survivors "$db" || fail "sim: a process survived"
+  check_term sim
   check_db "$db" "$first" $((requests))
   total=$((total + 1))
 
   cmd=sweep db="$work/sweep-$i.sqlite"
   delay=$(rand_delay 0.2 "${dur[sweep]}")
-  echo "sweep #$i: SIGKILL to the $how at ${delay}s"
+  echo "sweep #$i: $sig to the $to at ${delay}s"
   start "${sweep_cmd[@]}" --out "$db"
   kill_after "$delay" "$how"
   survivors "$db" || fail "sweep: a process survived"
+  check_term sweep
   check_db "$db" 1 400
   todo=0
   [[ -f "$db" ]] && todo=$(q "$db" "SELECT 6 - COUNT(DISTINCT config_sha256) FROM runs WHERE complete = 1") || todo=6
@@ -166,6 +210,32 @@ for ((i = 1; i <= kills; i++)); do
   # The killed points with a partial run are among the rerun ones (the others never started).
   for sha in ${redo//,/ }; do [[ ",$rerun," == *",$sha,"* ]] || fail "sweep: killed point $sha not rerun"; done
   echo "    resume ran $todo point(s)"
+  total=$((total + 1))
+
+  cmd=hw db="$work/hw-$i.sqlite"
+  delay=$(rand_delay 0.2 "${dur[hw]}")
+  echo "hw #$i: $sig to the $to at ${delay}s"
+  start "${hw_cmd[@]}" --out "$db"
+  kill_after "$delay" "$how"
+  survivors "$db" || fail "hw: a process survived"
+  check_term hw
+  check_db "$db" 1 "$hw_rows"
+  store="$db.store-as"
+  if [[ $how == term ]]; then
+    [[ ! -e "$store" ]] || fail "hw: SIGTERM left the chunk store $store"
+    echo "    no chunk store left"
+  elif [[ -e "$store" ]]; then
+    [[ -f "$store/kvtier-owner" ]] || fail "hw: $store has no owner file"
+    "$k" hw --config "$work/hw.ini" --out "$db" --systems recomp --run.max_requests=2 --quiet \
+      >"$work/next.log" 2>&1 || fail "hw: the next run failed: $(tail -2 "$work/next.log")"
+    grep -q "removed $store, the chunk store of a killed run" "$work/next.log" ||
+      fail "hw: the next run did not say it removed $store"
+    [[ ! -e "$store" && ! -e "$db.store-recomp" ]] || fail "hw: a chunk store is left after the next run"
+    [[ "$(q "$db" 'PRAGMA integrity_check')" == ok ]] || fail "$db: integrity_check after the next run"
+    echo "    chunk store left by the kill; removed by the next run"
+  else
+    echo "    no chunk store left$([[ $rc == 0 ]] && echo " (finished before the kill)")"
+  fi
   total=$((total + 1))
 
   if [[ $have_model == 1 ]]; then
@@ -198,7 +268,7 @@ done
 
 echo
 echo "kill_campaign: $total kills, $failures failed check(s)"
-for c in sim sweep eval; do
+for c in sim sweep hw eval; do
   echo "  $c: runs left incomplete ${killed_runs[$c]:-0}, runs that completed before their kill ${finished_runs[$c]:-0}"
 done
 [[ $failures == 0 ]]
