@@ -410,8 +410,10 @@ TEST_F(SimCliTest, ResumedSweepRedoesExactlyTheKilledPointsAndFailedOnesOnlyWhen
   EXPECT_NE(r.err.find("4 points (1 done before, 2 to run)"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("1 point(s) failed before and are not rerun"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("failed: as cache.gpu_capacity="), std::string::npos) << r.err;
-  EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM runs WHERE complete = 0"), "0")
+  EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM runs WHERE complete = 0 AND status = 'running'"), "0")
       << "the killed runs were deleted";
+  EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM runs WHERE status = 'failed'"), "1")
+      << "the failed run is kept until --rerun-failed";
   EXPECT_EQ(Query(db, "SELECT group_concat(config_sha256) FROM (SELECT config_sha256 FROM runs "
                       "WHERE run_id > 4 ORDER BY 1)"),
             killed)
