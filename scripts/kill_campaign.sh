@@ -31,7 +31,7 @@ command -v sqlite3 >/dev/null || { echo "kill_campaign: needs the sqlite3 shell"
 work="$(mktemp -d "${TMPDIR:-/tmp}/kvtier-kill.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 export KVTIER_CONFIG_DIR="$root/configs" KVTIER_SELECTION_MEMO="$work/selections"
-failures=0 total=0
+failures=0 total=0 hits=0
 declare -A killed_runs finished_runs
 
 fail() { echo "  FAIL: $*"; failures=$((failures + 1)); }
@@ -66,16 +66,20 @@ kill_after() {
   esac
   rc=0
   wait "$pid" 2>/dev/null || rc=$?
+  [[ $rc == 0 ]] || hits=$((hits + 1))  # it was still running
+  [[ $rc == 0 || $rc == 137 || $rc == 143 ]] || fail "exit $rc: neither finished nor killed ($(tail -1 "$work/out.log"))"
 }
 
-# A random delay in [lo, hi) seconds, printed with 2 decimals.
-rand_delay() { awk -v lo="$1" -v hi="$2" -v r="$RANDOM" 'BEGIN { printf "%.2f", lo + (hi - lo) * r / 32768 }'; }
+# A random delay in [lo, 0.8 hi) seconds, printed with 2 decimals: hi is the command's unkilled
+# duration, which varies with the machine's load, so later kills would often find it finished.
+rand_delay() { awk -v lo="$1" -v hi="$2" -v r="$RANDOM" 'BEGIN { printf "%.2f", lo + (0.8 * hi - lo) * r / 32768 }'; }
 
 # Checks a results database after a kill: integrity, complete runs whole, views clean.
 check_db() {  # check_db DB FIRST_NEW_RUN_ID EXPECTED_REQUESTS_PER_RUN
   local db="$1" first="$2" want="$3"
   [[ -f "$db" ]] || return 0  # killed before it created the file
   [[ "$(q "$db" 'PRAGMA integrity_check')" == ok ]] || fail "$db: integrity_check"
+  if ! has_runs "$db"; then echo "    killed before the schema was written"; return 0; fi
   if [[ "$want" -gt 0 ]]; then
     local partial
     partial="$(q "$db" "SELECT COUNT(*) FROM runs r WHERE run_id >= $first AND complete = 1 AND
@@ -104,7 +108,8 @@ check_term() {
   [[ $rc == 143 || $rc == 0 ]] || fail "$1: exit $rc after SIGTERM (want 143, or 0 if it had finished)"
 }
 
-next_id() { [[ -f "$1" ]] && q "$1" "SELECT COALESCE(MAX(run_id), 0) + 1 FROM runs" || echo 1; }
+has_runs() { [[ -f "$1" && "$(q "$1" "SELECT COUNT(*) FROM sqlite_master WHERE name = 'runs'")" == 1 ]]; }
+next_id() { if has_runs "$1"; then q "$1" "SELECT COALESCE(MAX(run_id), 0) + 1 FROM runs"; else echo 1; fi; }
 
 # --- inputs --------------------------------------------------------------------------------
 requests=1200
@@ -125,7 +130,7 @@ sweep_cmd=("$k" sweep --config "$work/e.ini" --systems as,spec
 model="${KVTIER_MODEL:-$HOME/.cache/kvtier/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
 record_cmd=("$k" trace record --model "$model" --dataset copa --prompts 2 --queries 1
             --max-prefix-tokens 512)
-hw_requests=400
+hw_requests=200
 "$k" trace gen -o "$work/hw.kvt" --requests "$hw_requests" --prompts 2 --tasks 1 --examples_min 1 \
   --examples_max 2 --example_tokens 200 --example_tokens_sd 20 --rate 50 \
   --model-name smollm2-135m --model-layers 30 --model-heads 9 --model-kv-heads 3 --vocab 49152 \
@@ -194,8 +199,8 @@ for ((i = 1; i <= kills; i++)); do
   check_term sweep
   check_db "$db" 1 400
   todo=0
-  [[ -f "$db" ]] && todo=$(q "$db" "SELECT 6 - COUNT(DISTINCT config_sha256) FROM runs WHERE complete = 1") || todo=6
-  redo="$([[ -f "$db" ]] && q "$db" "SELECT group_concat(config_sha256) FROM (SELECT DISTINCT
+  has_runs "$db" && todo=$(q "$db" "SELECT 6 - COUNT(DISTINCT config_sha256) FROM runs WHERE complete = 1") || todo=6
+  redo="$(has_runs "$db" && q "$db" "SELECT group_concat(config_sha256) FROM (SELECT DISTINCT
     config_sha256 FROM runs WHERE complete = 0 ORDER BY 1)" || true)"
   before=$(next_id "$db")
   "${sweep_cmd[@]}" --out "$db" >/dev/null 2>"$work/resume.log" || fail "sweep: resume failed"
@@ -267,7 +272,7 @@ for ((i = 1; i <= kills; i++)); do
 done
 
 echo
-echo "kill_campaign: $total kills, $failures failed check(s)"
+echo "kill_campaign: $total kills ($hits while the command ran), $failures failed check(s)"
 for c in sim sweep hw eval; do
   echo "  $c: runs left incomplete ${killed_runs[$c]:-0}, runs that completed before their kill ${finished_runs[$c]:-0}"
 done
