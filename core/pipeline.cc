@@ -641,6 +641,76 @@ void Pipeline::IssueLoads(RequestState& rs, int layer, KvKind kind, const Select
   (void)after;
 }
 
+// Submits a planned group: the SSD read, the CPU gather of partly needed chunks, the two
+// CPU->GPU copies, then its cache moves as background transfers (demote first, which frees GPU
+// space, then promote the rest of the chunks). `after` orders the group's CPU->GPU copies;
+// `after_read`, when given, orders its SSD read instead (so a prefetch read can follow the
+// current layer's demand reads on the SSD while its copies follow the demand copies on PCIe).
+// The group's SSD read op is left in *read_op. Every schedule's loads go through here.
+void Pipeline::SubmitLoads(RequestState& rs, LoadGroup& g, Purpose purpose, int layer,
+                           std::vector<OpId> after, const std::vector<OpId>* after_read,
+                           OpId* read_op) {
+  g.terminal.clear();
+  OpId read = kNoOp, gather = kNoOp;
+  if (g.ssd_read.bytes > 0) {
+    TransferOp op = std::move(g.ssd_read);
+    op.kind = TransferKind::kSsdRead;
+    op.purpose = purpose;
+    op.request = rs.req->id;
+    op.layer = layer;
+    read = SubmitTransfer(rs, std::move(op), after_read ? *after_read : after, false);
+  }
+  if (read_op != nullptr) *read_op = read;
+  if (g.gather.bytes > 0) {
+    TransferOp op = std::move(g.gather);
+    op.kind = TransferKind::kCpuGather;
+    op.purpose = purpose;
+    op.request = rs.req->id;
+    op.layer = layer;
+    gather = SubmitTransfer(rs, std::move(op), {read}, false);
+  }
+  if (g.h2d_from_ssd.bytes > 0) {
+    TransferOp op = std::move(g.h2d_from_ssd);
+    op.kind = TransferKind::kH2D;
+    op.purpose = purpose;
+    op.request = rs.req->id;
+    op.layer = layer;
+    g.terminal.push_back(SubmitTransfer(rs, std::move(op), {gather != kNoOp ? gather : read},
+                                        false));
+  }
+  if (g.h2d_from_cpu.bytes > 0) {
+    TransferOp op = std::move(g.h2d_from_cpu);
+    op.kind = TransferKind::kH2D;
+    op.purpose = purpose;
+    op.request = rs.req->id;
+    op.layer = layer;
+    std::vector<OpId> deps = after;
+    deps.insert(deps.end(), g.prefetch_deps.begin(), g.prefetch_deps.end());
+    g.terminal.push_back(SubmitTransfer(rs, std::move(op), deps, false));
+  } else {
+    g.terminal.insert(g.terminal.end(), g.prefetch_deps.begin(), g.prefetch_deps.end());
+  }
+  // Cache moves: demote first (frees GPU space), then promote the rest of the chunks.
+  OpId demote = kNoOp;
+  if (g.demote_bytes > 0) {
+    TransferOp op = MakeTransfer(TransferKind::kD2H, Purpose::kDemote, rs.req->id, layer);
+    op.bytes = g.demote_bytes;
+    op.chunks = std::move(g.demote_chunks);
+    demote = SubmitTransfer(rs, std::move(op), g.terminal, true);
+  }
+  if (g.promote_bytes > 0) {
+    TransferOp op = MakeTransfer(TransferKind::kH2D, Purpose::kPromote, rs.req->id, layer);
+    op.bytes = g.promote_bytes;
+    op.chunks = std::move(g.promote_chunks);
+    std::vector<OpId> deps = g.terminal;
+    deps.push_back(demote);
+    SubmitTransfer(rs, std::move(op), deps, true);
+  }
+  rs.rec.gpu_hit_chunks += g.gpu_hits;
+  rs.rec.cpu_hit_chunks += g.cpu_hits;
+  rs.rec.ssd_read_chunks += g.ssd_reads;
+}
+
 // ---- the per-layer driver -----------------------------------------------------------------------
 
 Status Pipeline::RunLayers(RequestState& rs) {
@@ -657,74 +727,6 @@ Status Pipeline::RunLayers(RequestState& rs) {
   std::vector<float> scores;
   OpId prev_compute = kNoOp;
 
-  // `after` orders the group's CPU->GPU copies; `after_read`, when given, orders its SSD read
-  // instead (so a prefetch read can follow the current layer's demand reads on the SSD while
-  // its copies follow the demand copies on PCIe). The group's SSD read op is left in *read_op.
-  auto submit_group = [&](LoadGroup& g, Purpose purpose, int layer, std::vector<OpId> after,
-                          bool background_cache_moves,
-                          const std::vector<OpId>* after_read = nullptr,
-                          OpId* read_op = nullptr) {
-    g.terminal.clear();
-    OpId read = kNoOp, gather = kNoOp;
-    if (g.ssd_read.bytes > 0) {
-      TransferOp op = std::move(g.ssd_read);
-      op.kind = TransferKind::kSsdRead;
-      op.purpose = purpose;
-      op.request = rs.req->id;
-      op.layer = layer;
-      read = SubmitTransfer(rs, std::move(op), after_read ? *after_read : after, false);
-    }
-    if (read_op != nullptr) *read_op = read;
-    if (g.gather.bytes > 0) {
-      TransferOp op = std::move(g.gather);
-      op.kind = TransferKind::kCpuGather;
-      op.purpose = purpose;
-      op.request = rs.req->id;
-      op.layer = layer;
-      gather = SubmitTransfer(rs, std::move(op), {read}, false);
-    }
-    if (g.h2d_from_ssd.bytes > 0) {
-      TransferOp op = std::move(g.h2d_from_ssd);
-      op.kind = TransferKind::kH2D;
-      op.purpose = purpose;
-      op.request = rs.req->id;
-      op.layer = layer;
-      g.terminal.push_back(SubmitTransfer(rs, std::move(op), {gather != kNoOp ? gather : read},
-                                          false));
-    }
-    if (g.h2d_from_cpu.bytes > 0) {
-      TransferOp op = std::move(g.h2d_from_cpu);
-      op.kind = TransferKind::kH2D;
-      op.purpose = purpose;
-      op.request = rs.req->id;
-      op.layer = layer;
-      std::vector<OpId> deps = after;
-      deps.insert(deps.end(), g.prefetch_deps.begin(), g.prefetch_deps.end());
-      g.terminal.push_back(SubmitTransfer(rs, std::move(op), deps, false));
-    } else {
-      g.terminal.insert(g.terminal.end(), g.prefetch_deps.begin(), g.prefetch_deps.end());
-    }
-    // Cache moves: demote first (frees GPU space), then promote the rest of the chunks.
-    OpId demote = kNoOp;
-    if (g.demote_bytes > 0) {
-      TransferOp op = MakeTransfer(TransferKind::kD2H, Purpose::kDemote, rs.req->id, layer);
-      op.bytes = g.demote_bytes;
-      op.chunks = std::move(g.demote_chunks);
-      demote = SubmitTransfer(rs, std::move(op), g.terminal, background_cache_moves);
-    }
-    if (g.promote_bytes > 0) {
-      TransferOp op = MakeTransfer(TransferKind::kH2D, Purpose::kPromote, rs.req->id, layer);
-      op.bytes = g.promote_bytes;
-      op.chunks = std::move(g.promote_chunks);
-      std::vector<OpId> deps = g.terminal;
-      deps.push_back(demote);
-      SubmitTransfer(rs, std::move(op), deps, background_cache_moves);
-    }
-    rs.rec.gpu_hit_chunks += g.gpu_hits;
-    rs.rec.cpu_hit_chunks += g.cpu_hits;
-    rs.rec.ssd_read_chunks += g.ssd_reads;
-  };
-
   // Prefetches `kind` chunks of `layer` for `sel` once `after` (the current layer's demand
   // loads) are done: demand has priority over speculation, as the io engine's classes give it
   // on hardware; a fluid simulator would otherwise let them share the SSD and PCIe equally.
@@ -737,7 +739,7 @@ Status Pipeline::RunLayers(RequestState& rs) {
     const bool has_ssd = g.h2d_from_ssd.bytes > 0, has_cpu = g.h2d_from_cpu.bytes > 0;
     OpId read = kNoOp;
     const std::vector<OpId> reads_before = *reads;
-    submit_group(g, purpose, layer, after, true, &reads_before, &read);
+    SubmitLoads(rs, g, purpose, layer, after, &reads_before, &read);
     if (read != kNoOp) reads->push_back(read);  // later prefetches queue behind it on the SSD
     const std::vector<OpId> terminal = g.terminal;
     std::size_t next = 0;
@@ -774,7 +776,7 @@ Status Pipeline::RunLayers(RequestState& rs) {
       LoadGroup g;
       IssueLoads(rs, l, kind, s, purpose, io_after, &g, /*demand=*/true);
       OpId read = kNoOp;
-      submit_group(g, purpose, l, io_after, true, nullptr, &read);
+      SubmitLoads(rs, g, purpose, l, io_after, nullptr, &read);
       if (read != kNoOp) ssd_reads.push_back(read);
       deps.insert(deps.end(), g.terminal.begin(), g.terminal.end());
       lr.loaded_chunks += g.cpu_hits + g.ssd_reads;
@@ -940,41 +942,9 @@ Status Pipeline::RunCake(RequestState& rs) {
       IssueLoads(rs, l, KvKind::kKey, sel, Purpose::kCakeLoad, {}, &g, true);
       IssueLoads(rs, l, KvKind::kValue, sel, Purpose::kCakeLoad, {}, &g, true);
     }
-    // Submitted like any group; a chunk fully on the GPU needs nothing.
-    OpId read = kNoOp;
-    std::vector<OpId> terminal;
-    if (g.ssd_read.bytes > 0) {
-      TransferOp op = std::move(g.ssd_read);
-      op.kind = TransferKind::kSsdRead;
-      op.purpose = Purpose::kCakeLoad;
-      op.request = rs.req->id;
-      read = SubmitTransfer(rs, std::move(op), {}, false);
-      TransferOp h2d = std::move(g.h2d_from_ssd);
-      h2d.kind = TransferKind::kH2D;
-      h2d.purpose = Purpose::kCakeLoad;
-      h2d.request = rs.req->id;
-      terminal.push_back(SubmitTransfer(rs, std::move(h2d), {read}, false));
-    }
-    if (g.h2d_from_cpu.bytes > 0) {
-      TransferOp h2d = std::move(g.h2d_from_cpu);
-      h2d.kind = TransferKind::kH2D;
-      h2d.purpose = Purpose::kCakeLoad;
-      h2d.request = rs.req->id;
-      terminal.push_back(SubmitTransfer(rs, std::move(h2d), {}, false));
-    }
-    rs.rec.gpu_hit_chunks += g.gpu_hits;
-    rs.rec.cpu_hit_chunks += g.cpu_hits;
-    rs.rec.ssd_read_chunks += g.ssd_reads;
-    if (g.demote_bytes > 0) {
-      TransferOp op = MakeTransfer(TransferKind::kD2H, Purpose::kDemote, rs.req->id, -1);
-      op.bytes = g.demote_bytes;
-      SubmitTransfer(rs, std::move(op), terminal, true);
-    }
-    if (g.promote_bytes > 0) {
-      TransferOp op = MakeTransfer(TransferKind::kH2D, Purpose::kPromote, rs.req->id, -1);
-      op.bytes = g.promote_bytes;
-      SubmitTransfer(rs, std::move(op), terminal, true);
-    }
+    // The one submission path: a chunk fully on the GPU needs nothing.
+    SubmitLoads(rs, g, Purpose::kCakeLoad, -1, {}, nullptr, nullptr);
+    std::vector<OpId> terminal = std::move(g.terminal);
     return terminal;
   };
 

@@ -147,6 +147,8 @@ class Pipeline {
   void IssueLoads(RequestState& rs, int layer, KvKind kind, const Selection& sel,
                   Purpose purpose, std::span<const OpId> after, LoadGroup* group,
                   bool demand);
+  void SubmitLoads(RequestState& rs, LoadGroup& g, Purpose purpose, int layer,
+                   std::vector<OpId> after, const std::vector<OpId>* after_read, OpId* read_op);
   OpId SubmitCompute(RequestState& rs, ComputeOp op, std::vector<OpId> after, bool gpu);
   OpId SubmitTransfer(RequestState& rs, TransferOp op, std::vector<OpId> after,
                       bool background);

@@ -263,6 +263,46 @@ TEST(PipelineTest, CakeMeetsWhereComputeAndLoadRatesSay) {
   EXPECT_NEAR(h.log.requests[1].ttft_s, 15.0, 1e-9);
 }
 
+// Cake's loads go through the same submission as every layer's: a chunk partly inside a Cake
+// chunk is read whole and its needed rows gathered on the CPU before the copy, and cache moves
+// name the chunks they move (an executor that moves real bytes needs both). Cake used to keep
+// a copy of the submission that did neither.
+TEST(PipelineTest, CakeLoadsGatherPartlyNeededChunksAndNameTheChunksOfCacheMoves) {
+  const ModelSpec model = TinyModel(2);
+  SystemOptions sys = System("cake");
+  sys.cake_chunk_tokens = 6;            // Cake chunks straddle the 4-token stored chunks
+  sys.cache.gpu_capacity = 8 * 4 * 32;  // eight stored chunks: loads demote GPU victims
+  sys.cache.cpu_capacity = 1 << 20;
+  Harness h(model, sys, Agreeing);
+  for (RequestId id = 1; id <= 3; ++id) ASSERT_TRUE(h.pipeline->Run(MakeRequest(id, 64, 8)).ok());
+  h.pipeline->Finish();
+  int gathers = 0, demotes = 0, promotes = 0;
+  for (const auto& s : h.executor.history()) {
+    if (!s.is_transfer) continue;
+    const TransferOp& t = s.transfer;
+    if (t.purpose != Purpose::kCakeLoad && t.purpose != Purpose::kPromote &&
+        t.purpose != Purpose::kDemote) {
+      continue;
+    }
+    ASSERT_FALSE(t.chunks.empty()) << TransferKindName(t.kind) << " " << PurposeName(t.purpose);
+    Bytes sum = 0;
+    for (const ChunkIo& c : t.chunks) sum += c.bytes;
+    EXPECT_EQ(sum, t.bytes) << TransferKindName(t.kind) << " " << PurposeName(t.purpose);
+    if (t.kind == TransferKind::kCpuGather) {
+      ++gathers;
+      for (const ChunkIo& c : t.chunks) {
+        EXPECT_FALSE(c.rows.empty());
+        EXPECT_LT(c.rows.size(), 4u);  // only the rows inside the Cake chunk
+      }
+    }
+    demotes += t.purpose == Purpose::kDemote;
+    promotes += t.purpose == Purpose::kPromote;
+  }
+  EXPECT_GT(gathers, 0);
+  EXPECT_GT(demotes, 0);
+  EXPECT_GT(promotes, 0);
+}
+
 TEST(PipelineTest, SameInputsSameDecisions) {
   auto run = [] {
     Harness h(TinyModel(3), System("spec"), Agreeing);
