@@ -105,7 +105,6 @@ void SortChunkRows(std::uint16_t* b, std::uint16_t* e) {
 struct Pipeline::LoadGroup {
   TransferOp ssd_read, gather, h2d_from_ssd, h2d_from_cpu;
   std::vector<OpId> prefetch_deps;  // prefetch transfers the batch relies on
-  std::vector<ChunkId> needed;      // chunks used (demand)
   std::vector<std::uint32_t> fetched;  // prefetch: slots entered in RequestState::prefetched
   Bytes promote_bytes = 0, demote_bytes = 0;
   std::vector<ChunkIo> promote_chunks, demote_chunks;
@@ -354,8 +353,7 @@ Pipeline::Selection Pipeline::SelectAll(const RequestState& rs) const {
 // lookups, the prefetch map and malloc/free went from 13.8 to 4.9 ms of CPU per request.
 // Shared selections (ITF's voted set, its prediction) are walked in O(k), not marked over n.
 void Pipeline::IssueLoads(RequestState& rs, int layer, KvKind kind, const Selection& sel,
-                          Purpose purpose, std::span<const OpId> after, LoadGroup* group,
-                          bool demand) {
+                          LoadGroup* group, bool demand) {
   const std::size_t nslots = rs.slots.size();
   const Bytes token_bytes = kind == KvKind::kProbeKey
                                 ? Bytes(options_.system.itf_options.probe_heads) * model_.RowBytes()
@@ -607,7 +605,6 @@ void Pipeline::IssueLoads(RequestState& rs, int layer, KvKind kind, const Select
       group->fetched.push_back(std::uint32_t(s));
       continue;
     }
-    group->needed.push_back(id);
     for (const CacheMove& m : moves) {
       if (m.to == Tier::kGpu) {
         executor_->OnResident(Tier::kGpu, m.chunk);
@@ -637,8 +634,6 @@ void Pipeline::IssueLoads(RequestState& rs, int layer, KvKind kind, const Select
       }
     }
   }
-  (void)purpose;
-  (void)after;
 }
 
 // Submits a planned group: the SSD read, the CPU gather of partly needed chunks, the two
@@ -733,7 +728,7 @@ Status Pipeline::RunLayers(RequestState& rs) {
   auto prefetch = [&](int layer, KvKind kind, const Selection& sel, Purpose purpose,
                       const std::vector<OpId>& after, std::vector<OpId>* reads) {
     LoadGroup g;
-    IssueLoads(rs, layer, kind, sel, purpose, {}, &g, /*demand=*/false);
+    IssueLoads(rs, layer, kind, sel, &g, /*demand=*/false);
     // Which terminal op brings each source's chunks.
     OpId from_ssd_op = kNoOp, from_cpu_op = kNoOp;
     const bool has_ssd = g.h2d_from_ssd.bytes > 0, has_cpu = g.h2d_from_cpu.bytes > 0;
@@ -774,7 +769,7 @@ Status Pipeline::RunLayers(RequestState& rs) {
     std::vector<OpId> ssd_reads;  // this layer's SSD reads, in submission order
     auto demand = [&](KvKind kind, const Selection& s, Purpose purpose) {
       LoadGroup g;
-      IssueLoads(rs, l, kind, s, purpose, io_after, &g, /*demand=*/true);
+      IssueLoads(rs, l, kind, s, &g, /*demand=*/true);
       OpId read = kNoOp;
       SubmitLoads(rs, g, purpose, l, io_after, nullptr, &read);
       if (read != kNoOp) ssd_reads.push_back(read);
@@ -939,8 +934,8 @@ Status Pipeline::RunCake(RequestState& rs) {
     sel.end = std::min(rs.n, (c + 1) * C);
     LoadGroup g;
     for (int l = 0; l < model_.layers; ++l) {
-      IssueLoads(rs, l, KvKind::kKey, sel, Purpose::kCakeLoad, {}, &g, true);
-      IssueLoads(rs, l, KvKind::kValue, sel, Purpose::kCakeLoad, {}, &g, true);
+      IssueLoads(rs, l, KvKind::kKey, sel, &g, /*demand=*/true);
+      IssueLoads(rs, l, KvKind::kValue, sel, &g, /*demand=*/true);
     }
     // The one submission path: a chunk fully on the GPU needs nothing.
     SubmitLoads(rs, g, Purpose::kCakeLoad, -1, {}, nullptr, nullptr);

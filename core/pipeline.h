@@ -145,8 +145,7 @@ class Pipeline {
   void BuildChunkMap(RequestState& rs);
   Selection SelectAll(const RequestState& rs) const;
   void IssueLoads(RequestState& rs, int layer, KvKind kind, const Selection& sel,
-                  Purpose purpose, std::span<const OpId> after, LoadGroup* group,
-                  bool demand);
+                  LoadGroup* group, bool demand);
   void SubmitLoads(RequestState& rs, LoadGroup& g, Purpose purpose, int layer,
                    std::vector<OpId> after, const std::vector<OpId>* after_read, OpId* read_op);
   OpId SubmitCompute(RequestState& rs, ComputeOp op, std::vector<OpId> after, bool gpu);
