@@ -207,7 +207,7 @@ ORDER BY panel, {rank}, l.run_id, l.layer""",
         plot="lines",
         params=dict(panel="panel", x="layer", y="itf_fallback_rate", series="label",
                     xlabel="layer", ylabel="ITF fallback rate"),
-        missing="no complete run with ITF (itf.enabled: impress, spec, ablation_itf)"),
+        missing="no complete run with ITF (select.policy = itf: impress, spec, ablation_itf)"),
     Figure(
         id="cake_split",
         title="Cake: prefix chunks computed vs loaded",

@@ -123,21 +123,22 @@ WHERE h.complete = 1 AND s.complete = 1;
 
 -- The selection knobs of each sim/hw run, read from its resolved config text ("key = value"
 -- lines, every key present): retention, ITF alpha, and the selector class its accuracy is
--- measured under by `kvtier eval` (itf | h2o | full).
+-- measured under by `kvtier eval` (itf | h2o | full; history for select.policy = history).
+-- Runs recorded before the policy keys (itf.enabled, reuse.enabled) are read too.
 CREATE VIEW IF NOT EXISTS run_selection AS
 SELECT run_id, mode, experiment, system, model,
        CAST(substr(rt, 1, instr(rt, char(10)) - 1) AS REAL) AS retention,
        CAST(substr(al, 1, instr(al, char(10)) - 1) AS REAL) AS alpha,
-       CASE WHEN substr(ru, 1, instr(ru, char(10)) - 1) = 'false' THEN 'full'
-            WHEN substr(it, 1, instr(it, char(10)) - 1) = 'true' THEN 'itf'
-            WHEN substr(po, 1, instr(po, char(10)) - 1) = 'h2o' THEN 'h2o'
+       CASE WHEN instr(c, char(10) || 'schedule.policy = recompute' || char(10)) > 0
+              OR instr(c, char(10) || 'reuse.enabled = false' || char(10)) > 0 THEN 'full'
+            WHEN instr(c, char(10) || 'select.policy = itf' || char(10)) > 0
+              OR instr(c, char(10) || 'itf.enabled = true' || char(10)) > 0 THEN 'itf'
+            WHEN instr(c, char(10) || 'select.policy = h2o' || char(10)) > 0 THEN 'h2o'
+            WHEN instr(c, char(10) || 'select.policy = history' || char(10)) > 0 THEN 'history'
             ELSE 'full' END AS selector
-FROM (SELECT run_id, mode, experiment, system, model,
+FROM (SELECT run_id, mode, experiment, system, model, c,
              substr(c, instr(c, char(10) || 'select.retention = ') + 20) AS rt,
-             substr(c, instr(c, char(10) || 'itf.alpha = ') + 13) AS al,
-             substr(c, instr(c, char(10) || 'itf.enabled = ') + 15) AS it,
-             substr(c, instr(c, char(10) || 'select.policy = ') + 17) AS po,
-             substr(c, instr(c, char(10) || 'reuse.enabled = ') + 17) AS ru
+             substr(c, instr(c, char(10) || 'itf.alpha = ') + 13) AS al
       FROM (SELECT run_id, mode, experiment, system, model, char(10) || config AS c
             FROM runs WHERE mode IN ('sim', 'hw')));
 

@@ -38,24 +38,35 @@ std::string DefaultText(const KeySpec& spec) {
   return spec.default_value;
 }
 
+// A policy key's choices come with one line each (their registration table's help): listed
+// under the key, and in Markdown in its meaning cell.
 void PrintKeys(bool markdown) {
   if (markdown) {
     std::printf("| key | type | default | choices | meaning |\n|---|---|---|---|---|\n");
     for (const KeySpec& k : AllKeys()) {
-      std::string choices;
-      for (const char* c = k.choices ? k.choices : ""; *c != '\0'; ++c) {
-        if (*c == '|') choices += '\\';  // a bare '|' would split the Markdown cell
-        choices += *c;
+      std::string choices = KeyChoicesText(k);
+      for (std::size_t i = 0; (i = choices.find('|', i)) != std::string::npos; i += 2) {
+        choices.insert(i, "\\");  // a bare '|' would split the Markdown cell
+      }
+      std::string meaning = k.doc;
+      for (const Choice& c : KeyChoices(k)) {
+        if (!c.help.empty()) meaning += "<br>`" + std::string(c.name) + "`: " + std::string(c.help);
       }
       std::printf("| `%s` | %s | %s | %s | %s |\n", k.name, KeyTypeName(k.type),
-                  DefaultText(k).c_str(), choices.c_str(), k.doc);
+                  DefaultText(k).c_str(), choices.c_str(), meaning.c_str());
     }
     return;
   }
   std::printf("%-28s %-9s %-12s %-16s %s\n", "key", "type", "default", "choices", "meaning");
   for (const KeySpec& k : AllKeys()) {
+    const std::string choices = KeyChoicesText(k);
     std::printf("%-28s %-9s %-12s %-16s %s\n", k.name, KeyTypeName(k.type),
-                DefaultText(k).c_str(), k.choices ? k.choices : "-", k.doc);
+                DefaultText(k).c_str(), choices.empty() ? "-" : choices.c_str(), k.doc);
+    for (const Choice& c : KeyChoices(k)) {
+      if (c.help.empty()) continue;
+      std::printf("%-28s   %-10.*s %.*s\n", "", int(c.name.size()), c.name.data(),
+                  int(c.help.size()), c.help.data());
+    }
   }
 }
 

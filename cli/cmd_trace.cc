@@ -15,6 +15,7 @@
 #include "core/config.h"
 #include "core/errors.h"
 #include "core/input_file.h"
+#include "core/schedule.h"
 #include "traces/generator.h"
 #include "traces/importance_fit.h"
 #include "traces/mooncake.h"
@@ -266,7 +267,7 @@ int RunGen(const Args& args) {
     if (hit_system.empty()) throw InputError(hit_experiment + ": no system; pass --hit-system");
     hit_overrides.push_back("--include.system=" + hit_system);
     const ExperimentOptions eo = BuildOptions(Config::Load(hit_experiment, hit_overrides));
-    if (!eo.system.reuse) throw InputError("--hit-system " + hit_system + ": reuses no KV");
+    if (!FindSchedule(eo.system.schedule).reuses) throw InputError("--hit-system " + hit_system + ": reuses no KV");
     if (target_hit >= 0) {
       const PopularitySolution sol = SolvePopularitySd(w, eo, target_hit);
       w.popularity_sd = sol.popularity_sd;

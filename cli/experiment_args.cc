@@ -197,7 +197,7 @@ std::vector<std::string> ExperimentArgs::Systems() const {
     throw ConfigError(config_path_ +
                       ": no system to run: pass --systems or set "
                       "experiment.systems / include.system (systems: " +
-                      Join(KnownSystemNames()) + ")");
+                      Join(KnownSystemNames(FindConfigDir(config_path_))) + ")");
   }
   return systems;
 }

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "core/errors.h"
+#include "core/registry.h"
 
 namespace kvtier {
 namespace {
@@ -39,13 +40,14 @@ class ScorePolicy final : public CachePolicy {
 struct PolicyEntry {
   std::string_view name;
   std::unique_ptr<CachePolicy> (*make)();
+  std::string_view help;
 };
 
 // The one table of config names. A new policy adds one line here.
 constexpr PolicyEntry kPolicies[] = {
-    {"lru", &NewLruPolicy},
-    {"lfu", &NewLfuPolicy},
-    {"score", &NewScorePolicy},
+    {"lru", &NewLruPolicy, "least recently used is evicted first"},
+    {"lfu", &NewLfuPolicy, "least frequently used is evicted first"},
+    {"score", &NewScorePolicy, "frequency x moving-average important ratio (SPEC IV-D2)"},
 };
 
 }  // namespace
@@ -55,22 +57,17 @@ std::unique_ptr<CachePolicy> NewLfuPolicy() { return std::make_unique<LfuPolicy>
 std::unique_ptr<CachePolicy> NewScorePolicy() { return std::make_unique<ScorePolicy>(); }
 
 std::unique_ptr<CachePolicy> NewCachePolicy(std::string_view name, std::string_view key) {
-  for (const PolicyEntry& entry : kPolicies) {
-    if (entry.name == name) return entry.make();
-  }
-  std::string valid;
-  for (const PolicyEntry& entry : kPolicies) {
-    if (!valid.empty()) valid += ", ";
-    valid += entry.name;
-  }
-  throw ConfigError(std::string(key) + ": unknown cache policy '" + std::string(name) +
-                    "' (valid: " + valid + ")");
+  return FindEntry(std::span<const PolicyEntry>(kPolicies), name, key, "cache policy").make();
 }
 
 std::vector<std::string> CachePolicyNames() {
   std::vector<std::string> names;
   for (const PolicyEntry& entry : kPolicies) names.emplace_back(entry.name);
   return names;
+}
+
+std::vector<Choice> CachePolicyChoices() {
+  return ChoicesOf(std::span<const PolicyEntry>(kPolicies));
 }
 
 }  // namespace kvtier

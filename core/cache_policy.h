@@ -9,14 +9,16 @@
 //   lfu    priority = access frequency
 //   score  priority = frequency x moving-average important ratio   (SPEC §IV-D2, Fig. 14)
 //
-// Policies are stateless and thread-safe. New policies: one file, one line in the table in
-// cache_policy.cc.
+// Policies are stateless and thread-safe. A new policy: its class and factory, and one line in
+// the table in cache_policy.cc (the config choices, --keys and errors derive from it).
 
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "core/registry.h"
 
 namespace kvtier {
 
@@ -45,5 +47,7 @@ std::unique_ptr<CachePolicy> NewScorePolicy();
 // names when `name` is unknown.
 std::unique_ptr<CachePolicy> NewCachePolicy(std::string_view name, std::string_view key);
 std::vector<std::string> CachePolicyNames();
+// The table's names with their one-line helps: the choices of cache.policy.
+std::vector<Choice> CachePolicyChoices();
 
 }  // namespace kvtier

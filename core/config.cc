@@ -33,6 +33,50 @@ const KeySpec* FindKey(std::string_view name) {
   return nullptr;
 }
 
+std::vector<Choice> KeyChoices(const KeySpec& spec) {
+  if (spec.type != KeyType::kEnum) return {};
+  if (spec.policies != nullptr) return spec.policies();
+  std::vector<Choice> out;
+  std::string_view rest = spec.choices != nullptr ? spec.choices : "";
+  while (!rest.empty()) {
+    const std::size_t bar = rest.find('|');
+    out.push_back({rest.substr(0, bar), {}});
+    rest = bar == std::string_view::npos ? std::string_view() : rest.substr(bar + 1);
+  }
+  return out;
+}
+
+std::string KeyChoicesText(const KeySpec& spec) {
+  std::string out;
+  for (const Choice& c : KeyChoices(spec)) {
+    if (!out.empty()) out += '|';
+    out += c.name;
+  }
+  return out;
+}
+
+namespace {
+
+// What replaced a removed key (or a removed value of `key` when `value` is given), or nullptr.
+const RemovedKey* FindRemoved(std::string_view key, const std::string* value = nullptr) {
+  for (const RemovedKey& r : RemovedKeys()) {
+    if (key != r.name) continue;
+    if (r.value == nullptr || (value != nullptr && *value == r.value)) return &r;
+  }
+  return nullptr;
+}
+
+// The error for a key that is not in the table: what replaced it if it was removed.
+std::string UnknownKey(const std::string& where, const std::string& key) {
+  if (const RemovedKey* r = FindRemoved(key); r != nullptr && r->value == nullptr) {
+    return where + ": key '" + key + "' no longer exists: write " + r->replacement +
+           " instead (docs/configuration.md)";
+  }
+  return where + ": unknown key '" + key + "' (kvtier config --keys lists every key)";
+}
+
+}  // namespace
+
 void ValidateValue(const KeySpec& spec, const std::string& text) {
   switch (spec.type) {
     case KeyType::kString:
@@ -60,14 +104,17 @@ void ValidateValue(const KeySpec& spec, const std::string& text) {
       ParseRate(text);
       return;
     case KeyType::kEnum: {
-      std::string choices = spec.choices;
-      std::stringstream ss(choices);
-      std::string item;
-      while (std::getline(ss, item, '|')) {
-        if (item == text) return;
+      std::string valid;
+      for (const Choice& c : KeyChoices(spec)) {
+        if (c.name == text) return;
+        valid += (valid.empty() ? "" : ",") + std::string(c.name);
       }
-      std::replace(choices.begin(), choices.end(), '|', ',');
-      throw std::invalid_argument("'" + text + "' is not one of: " + choices);
+      std::string message = "'" + text + "' is not one of: " + valid;
+      if (const RemovedKey* r = FindRemoved(spec.name, &text); r != nullptr) {
+        message += " (" + std::string(spec.name) + " = " + text + " was replaced by " +
+                   r->replacement + ")";
+      }
+      throw std::invalid_argument(message);
     }
   }
 }
@@ -172,8 +219,7 @@ std::vector<FileEntry> ReadIni(const std::string& path, bool allow_include) {
   for (const po::option& opt : parsed.options) {
     const std::string& key = opt.string_key;
     if (opt.unregistered || FindKey(key) == nullptr) {
-      throw ConfigError(origin(key) + ": unknown key '" + key +
-                        "' (kvtier config --keys lists every key)");
+      throw ConfigError(UnknownKey(origin(key), key));
     }
     if (!allow_include && key.rfind("include.", 0) == 0) {
       throw ConfigError(origin(key) + ": " + key +
@@ -220,15 +266,9 @@ std::string ResolveInclude(const std::string& kind_dir, const std::string& value
   }
   if (!fs::exists(candidate)) {
     std::string known;
-    fs::path dir = fs::path(FindConfigDir(experiment_path)) / kind_dir;
-    std::vector<std::string> names;
-    if (fs::is_directory(dir)) {
-      for (const auto& e : fs::directory_iterator(dir)) {
-        if (e.path().extension() == ".ini") names.push_back(e.path().stem().string());
-      }
+    for (const auto& n : IncludableNames(FindConfigDir(experiment_path), kind_dir)) {
+      known += (known.empty() ? "" : ", ") + n;
     }
-    std::sort(names.begin(), names.end());
-    for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
     throw ConfigError(origin + ": include." + (kind_dir == "hardware" ? "hardware"
                                                : kind_dir.substr(0, kind_dir.size() - 1)) +
                       ": no file " + candidate.string() +
@@ -238,6 +278,20 @@ std::string ResolveInclude(const std::string& kind_dir, const std::string& value
 }
 
 }  // namespace
+
+std::vector<std::string> IncludableNames(const std::string& config_dir,
+                                         std::string_view kind_dir) {
+  std::vector<std::string> names;
+  const fs::path dir = fs::path(config_dir) / kind_dir;
+  std::error_code ec;
+  if (fs::is_directory(dir, ec)) {
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      if (e.path().extension() == ".ini") names.push_back(e.path().stem().string());
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
 
 std::string FindConfigDir(const std::string& near_path) {
   if (const char* env = std::getenv("KVTIER_CONFIG_DIR"); env && *env) return env;
@@ -262,9 +316,7 @@ Config::Config() {
 
 void Config::Set(const std::string& key, const std::string& text, const std::string& origin) {
   const KeySpec* spec = FindKey(key);
-  if (spec == nullptr) {
-    throw ConfigError(origin + ": unknown key '" + key + "' (kvtier config --keys lists every key)");
-  }
+  if (spec == nullptr) throw ConfigError(UnknownKey(origin, key));
   try {
     ValidateValue(*spec, text);
   } catch (const std::invalid_argument& e) {
@@ -287,10 +339,7 @@ Config Config::Load(const std::string& experiment_path, const std::vector<std::s
   std::map<std::string, std::string> cli;
   for (const std::string& raw : overrides) {
     auto [key, value] = SplitOverride(raw);
-    if (FindKey(key) == nullptr) {
-      throw ConfigError("command line: unknown key '" + key +
-                        "' (kvtier config --keys lists every key)");
-    }
+    if (FindKey(key) == nullptr) throw ConfigError(UnknownKey("command line", key));
     cli[key] = value;
   }
   std::vector<FileEntry> experiment = ReadIni(experiment_path, /*allow_include=*/true);

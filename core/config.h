@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/registry.h"
 #include "core/types.h"
 
 namespace kvtier {
@@ -33,13 +34,37 @@ struct KeySpec {
   const char* name;           // "cache.gpu_capacity"
   KeyType type;
   const char* default_value;  // nullptr: no default (Has() is false until set)
-  const char* choices;        // kEnum: "lru|lfu|score"; otherwise nullptr
+  const char* choices;        // kEnum with a fixed list: "opt|llama"; otherwise nullptr
   const char* doc;            // one line, with the unit
+  // kEnum naming a policy: its registration table's names and helps (core/registry.h), the
+  // only list of them; `choices` is then nullptr.
+  std::vector<Choice> (*policies)() = nullptr;
 };
 
 // The one table of every configuration key (core/config_keys.cc).
 std::span<const KeySpec> AllKeys();
 const KeySpec* FindKey(std::string_view name);
+
+// The valid values of a kEnum key, in order, with their one-line helps when the key names a
+// policy (empty helps for a fixed list). Empty for other types.
+std::vector<Choice> KeyChoices(const KeySpec& spec);
+// "a|b|c": the valid values of a kEnum key; empty for other types.
+std::string KeyChoicesText(const KeySpec& spec);
+
+// A key that no longer exists and what replaced it ("itf.enabled" -> "select.policy = itf"),
+// or a value of a key that was moved elsewhere ("prefetch.mode = cake" -> "schedule.policy =
+// cake"). Setting one is a ConfigError saying so.
+struct RemovedKey {
+  const char* name;
+  const char* value;        // nullptr: any value of the key
+  const char* replacement;  // what to write instead
+};
+std::span<const RemovedKey> RemovedKeys();
+
+// The names (file stems, sorted) of the .ini files in `config_dir`/`kind_dir`/ that an
+// experiment can include by name (kind_dir: "models", "hardware", "systems").
+std::vector<std::string> IncludableNames(const std::string& config_dir,
+                                         std::string_view kind_dir);
 
 class Config {
  public:

@@ -1,8 +1,12 @@
 // The one table of configuration keys: name, type, default, choices, meaning with unit.
-// Adding a key is one line here; loaders reject any key not listed. `kvtier config --keys`
+// Adding a key is one line here; loaders reject any key not listed. A policy key's choices are
+// its registration table's names (never a second list here). `kvtier config --keys`
 // prints this table, and docs/configuration.md describes the sections.
 
+#include "core/cache_policy.h"
 #include "core/config.h"
+#include "core/schedule.h"
+#include "core/selector.h"
 
 namespace kvtier {
 namespace {
@@ -61,18 +65,22 @@ constexpr KeySpec kKeys[] = {
     {"gpu.concurrent_prefills", K::kInt, "1", nullptr, "prefills served at once (sim; at most 32): requests taken in arrival order, their compute sharing the GPU's throughput, their I/O overlapping each other's compute; kvtier hw supports 1"},
     {"gpu.layer_table", K::kPath, "", nullptr, "measured per-layer-step times (CSV) that correct the roofline; relative to the file setting it"},
 
-    // [system] — configs/systems/*.ini; every technique is a switch.
+    // [system] — configs/systems/*.ini: a schedule, a selector, cache policy and knobs. The
+    // policy keys' choices come from their registration tables (core/registry.h).
     {"system.name", K::kString, "custom", nullptr, "system name stored with every run"},
-    {"reuse.enabled", K::kBool, "true", nullptr, "reuse stored prefix KV (false = recompute all)"},
-    {"select.policy", K::kEnum, "all", "all|h2o",
-     "what is kept of the reused prefix without ITF: all, or H2O per-head top-k"},
+    {"schedule.policy", K::kEnum, "layerwise", nullptr,
+     "order of a request's loads and computes (core/schedule.h)", &ScheduleChoices},
+    {"select.policy", K::kEnum, "all", nullptr,
+     "what one layer keeps of the reused prefix (core/selector.h)", &SelectorChoices},
     {"select.retention", K::kDouble, "0.25", nullptr, "fraction of reused tokens kept per layer"},
-    {"itf.enabled", K::kBool, "false", nullptr, "similarity-guided identification (SPEC IV-B)"},
+    {"itf.fallback", K::kEnum, "h2o", nullptr,
+     "selector of an ITF layer whose probe heads disagree", &ItfFallbackChoices},
     {"itf.probe_heads", K::kInt, "3", nullptr, "probe KV heads (the first ones of each layer)"},
     {"itf.alpha", K::kDouble, "0.6", nullptr, "threshold exponent: t = j^alpha"},
-    {"prefetch.mode", K::kEnum, "none", "none|layer|cake",
-     "none; layer: load layer l+1 during layer l (speculative with ITF); cake: bidirectional"},
-    {"prefetch.cake_chunk_tokens", K::kInt, "512", nullptr, "Cake's compute/load chunk, tokens"},
+    {"prefetch.mode", K::kEnum, "none", nullptr,
+     "layerwise: whether the next layer's predicted loads overlap this layer",
+     &PrefetchModeChoices},
+    {"cake.chunk_tokens", K::kInt, "512", nullptr, "Cake's compute/load chunk, tokens"},
     {"reorder.enabled", K::kBool, "false", nullptr, "repack nodes by importance (SPEC IV-D1)"},
     {"reorder.interval", K::kDuration, "600s", nullptr, "time between repacking passes"},
     {"reorder.min_accesses", K::kInt, "2", nullptr, "accesses before a node is worth repacking"},
@@ -80,7 +88,8 @@ constexpr KeySpec kKeys[] = {
     {"reorder.min_gain", K::kDouble, "0.2", nullptr,
      "repack a segment only if it saves this share of the chunks a layer is expected to touch "
      "(tokens kept with their mean importance as probability)"},
-    {"cache.policy", K::kEnum, "lru", "lru|lfu|score", "GPU/CPU cache ranking (SPEC IV-D2)"},
+    {"cache.policy", K::kEnum, "lru", nullptr, "GPU/CPU cache ranking (core/cache_policy.h)",
+     &CachePolicyChoices},
     {"cache.gpu_capacity", K::kBytes, "10GiB", nullptr, "GPU prefix-KV cache"},
     {"cache.cpu_capacity", K::kBytes, "32GiB", nullptr, "CPU prefix-KV cache"},
     {"cache.chunk_tokens", K::kInt, "64", nullptr, "tokens per chunk (unit of I/O and caching)"},
@@ -121,8 +130,17 @@ constexpr KeySpec kKeys[] = {
     {"log.progress", K::kDuration, "2s", nullptr, "wall time between progress lines on stderr"},
 };
 
+// Keys (and values) that were replaced; setting one is an error that names the replacement.
+constexpr RemovedKey kRemoved[] = {
+    {"reuse.enabled", nullptr, "schedule.policy = recompute (for reuse.enabled = false)"},
+    {"itf.enabled", nullptr, "select.policy = itf (itf.fallback = h2o keeps the H2O fallback)"},
+    {"prefetch.cake_chunk_tokens", nullptr, "cake.chunk_tokens"},
+    {"prefetch.mode", "cake", "schedule.policy = cake"},
+};
+
 }  // namespace
 
 std::span<const KeySpec> AllKeys() { return kKeys; }
+std::span<const RemovedKey> RemovedKeys() { return kRemoved; }
 
 }  // namespace kvtier

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/errors.h"
+#include "core/selector.h"
 
 namespace kvtier {
 namespace {
@@ -119,14 +120,30 @@ HardwareOptions BuildHardwareOptions(const Config& c) {
 SystemOptions BuildSystemOptions(const Config& c, const ModelSpec& model) {
   SystemOptions s;
   s.name = c.GetString("system.name");
-  s.reuse = c.GetBool("reuse.enabled");
-  s.select = c.GetString("select.policy") == "h2o" ? SelectPolicy::kH2o : SelectPolicy::kAll;
+  // The policy names are valid choices of their keys (the key table derives them from the
+  // registration tables); what is checked here is how they combine.
+  s.schedule = c.GetString("schedule.policy");
+  s.select = c.GetString("select.policy");
+  s.itf_fallback = c.GetString("itf.fallback");
+  const ScheduleInfo& schedule = FindSchedule(s.schedule, c.Where("schedule.policy"));
+  const SelectorInfo& selector = FindSelector(s.select, c.Where("select.policy"));
+  if (schedule.reuses && schedule.loads_before_query && selector.needs_query) {
+    std::string query_free;
+    for (const SelectorInfo& info : Selectors()) {
+      if (info.needs_query) continue;
+      query_free += (query_free.empty() ? "" : ", ") + std::string(info.name);
+    }
+    throw ConfigError(c.Where("select.policy") + ": '" + s.select +
+                      "' reads the query's attention at each layer, but schedule.policy = " +
+                      s.schedule + " (" + c.Get("schedule.policy").origin +
+                      ") loads before the query reaches a layer; use a selector that reads no "
+                      "query: " + query_free);
+  }
   s.retention = c.GetDouble("select.retention");
   if (!(s.retention > 0 && s.retention <= 1)) {
     throw ConfigError(c.Where("select.retention") + ": retention ratio must be in (0, 1], got " +
                       c.GetString("select.retention"));
   }
-  s.itf = c.GetBool("itf.enabled");
   s.itf_options.probe_heads = static_cast<int>(c.GetInt("itf.probe_heads"));
   s.itf_options.alpha = c.GetDouble("itf.alpha");
   s.itf_options.retention = s.retention;
@@ -136,10 +153,8 @@ SystemOptions BuildSystemOptions(const Config& c, const ModelSpec& model) {
                       std::to_string(model.kv_heads) + "]");
   }
   if (s.itf_options.alpha < 0) throw ConfigError(c.Where("itf.alpha") + ": must be >= 0");
-  std::string mode = c.GetString("prefetch.mode");
-  s.prefetch = mode == "layer" ? PrefetchMode::kLayer
-               : mode == "cake" ? PrefetchMode::kCake : PrefetchMode::kNone;
-  s.cake_chunk_tokens = PositiveInt(c, "prefetch.cake_chunk_tokens");
+  s.prefetch = FindPrefetchMode(c.GetString("prefetch.mode"), c.Where("prefetch.mode"));
+  s.cake_chunk_tokens = PositiveInt(c, "cake.chunk_tokens");
   s.reorder = c.GetBool("reorder.enabled");
   s.reorder_interval = c.GetDuration("reorder.interval");
   s.reorder_min_accesses = static_cast<int>(c.GetInt("reorder.min_accesses"));
@@ -163,7 +178,7 @@ SystemOptions BuildSystemOptions(const Config& c, const ModelSpec& model) {
   const Bytes chunk = model.ChunkBytes(s.chunk_tokens);
   for (const char* key : {"cache.gpu_capacity", "cache.cpu_capacity"}) {
     Bytes cap = c.GetBytes(key);
-    if (s.reuse && cap != 0 && cap < chunk) {
+    if (schedule.reuses && cap != 0 && cap < chunk) {
       throw ConfigError(c.Where(key, "cache.chunk_tokens") + ": " + c.GetString(key) +
                         " is smaller than one chunk (" + std::to_string(chunk) + " B = " +
                         std::to_string(s.chunk_tokens) + " tokens of " + model.name +
@@ -195,10 +210,8 @@ ExperimentOptions BuildOptions(const Config& c) {
   return o;
 }
 
-const std::vector<std::string>& KnownSystemNames() {
-  static const std::vector<std::string> kNames = {"recomp",  "as",   "as_h2o_lru", "as_h2o_lfu",
-                                                  "impress", "spec", "cake"};
-  return kNames;
+std::vector<std::string> KnownSystemNames(const std::string& config_dir) {
+  return IncludableNames(config_dir, "systems");
 }
 
 }  // namespace kvtier

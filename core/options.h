@@ -8,6 +8,7 @@
 #include "core/config.h"
 #include "core/itf.h"
 #include "core/model_spec.h"
+#include "core/schedule.h"
 #include "core/tiered_cache.h"
 
 namespace kvtier {
@@ -34,19 +35,18 @@ struct HardwareOptions {
                                    // the key), empty = roofline; models/layer_table.h
 };
 
-enum class SelectPolicy { kAll, kH2o };
-enum class PrefetchMode { kNone, kLayer, kCake };
-
-// The policy switches of one system (configs/systems/*.ini).
+// The policies of one system (configs/systems/*.ini). Policies are named as in their
+// registration tables (core/schedule.h, core/selector.h, core/cache_policy.h); the Pipeline
+// makes them by name, and an unknown name is a ConfigError.
 struct SystemOptions {
   std::string name = "custom";
-  bool reuse = true;                 // false: recompute the whole prefix (recomp)
-  SelectPolicy select = SelectPolicy::kAll;
-  double retention = 0.25;           // fraction of R kept per layer, in (0, 1]
-  bool itf = false;
-  ItfOptions itf_options;            // probe heads, alpha, retention (copied from above)
-  PrefetchMode prefetch = PrefetchMode::kNone;
-  int cake_chunk_tokens = 512;
+  std::string schedule = "layerwise";  // schedule.policy; "recompute": no reuse
+  std::string select = "all";          // select.policy
+  double retention = 0.25;             // fraction of R kept per layer, in (0, 1]
+  std::string itf_fallback = "h2o";    // itf.fallback: the selector an ITF layer falls back to
+  ItfOptions itf_options;              // probe heads, alpha, retention (copied from above)
+  PrefetchMode prefetch = PrefetchMode::kNone;  // prefetch.mode (layerwise)
+  int cake_chunk_tokens = 512;         // cake.chunk_tokens
   bool reorder = false;
   Seconds reorder_interval = 600;
   int reorder_min_accesses = 2;
@@ -80,15 +80,16 @@ struct ExperimentOptions {
 // (heads * head_dim == hidden for OPT; heads % kv_heads == 0), retention in (0, 1],
 // probe heads in [1, kv_heads], caches at least one chunk, chunk_tokens in [1, 65535],
 // bandwidths > 0, queue depth >= 1, gpu.concurrent_prefills in [1, 32], run.max_requests and
-// run.warmup_requests >= 0, hw.max_memory, hw.ring and hw.store_capacity > 0. An error about
-// two related keys names where each was set (Config::Where(key, related)).
+// run.warmup_requests >= 0, hw.max_memory, hw.ring and hw.store_capacity > 0, and a schedule
+// that loads before the query (cake) with a selector that does not need it. An error about two
+// related keys names where each was set (Config::Where(key, related)).
 ExperimentOptions BuildOptions(const Config& config);
 ModelSpec BuildModelSpec(const Config& config);
 HardwareOptions BuildHardwareOptions(const Config& config);
 SystemOptions BuildSystemOptions(const Config& config, const ModelSpec& model);
 
-// The systems of DESIGN.md, by name, for listings and error messages:
-// recomp, as, as_h2o_lru, as_h2o_lfu, impress, spec, cake.
-const std::vector<std::string>& KnownSystemNames();
+// The shipped systems, by name, for listings and error messages: the stems of the .ini files
+// in `config_dir`/systems/ (FindConfigDir), sorted.
+std::vector<std::string> KnownSystemNames(const std::string& config_dir);
 
 }  // namespace kvtier

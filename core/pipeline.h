@@ -1,30 +1,28 @@
 #pragma once
-// Pipeline: runs one request at a time through a system's policies, layer by layer, asking an
-// Executor to move and compute and a ScoreSource for importance, and reports everything to a
-// RunLog. It is the one driver both modes run (sim: inside a SimGrid actor; hw: on a host
-// thread; tests: over FakeExecutor). Policies decide; the Executor says when.
+// Pipeline: runs requests through a system's policies, asking an Executor to move and
+// compute and a ScoreSource for importance, and reports everything to a RunLog. It is the one
+// driver both modes run (sim: in SimGrid; hw: on a host thread; tests: over FakeExecutor).
+// Policies decide; the Executor says when.
 //
-// Per request (SPEC §IV-A "Dataflow", generalised by the system switches):
-//   radix lookup -> reusable R (n tokens), new prefix tokens NR, query tokens Q
-//   reuse.enabled = false (recomp): every layer computes the whole prefix and the query.
-//   prefetch.mode = cake: Cake's bidirectional loop (GPU computes R's chunks front to back while
-//       I/O loads them back to front until they meet), then NR + Q.
-//   otherwise, for each layer l:
-//     ITF (itf.enabled): load the probe heads' key chunks of R; score them (GPU); similarity vs
-//         t = j^alpha -> the voted set S_l, or fallback to the H2O path for this layer;
-//     H2O (select.policy = h2o or fallback): load every head's key chunks of R; score; per-head
-//         top-k sets; load their value rows;
-//     all (select.policy = all): load every K and V chunk of R;
-//     loads come from the GPU cache (hit), the CPU cache (H2D of the needed rows), or the SSD
-//         (read the chunk into CPU memory, gather the needed rows, H2D); each use is a cache
-//         access, whose promotions/demotions become background transfers;
-//     prefetch.mode = layer: while layer l computes, load what layer l+1 is predicted to need
-//         (AS: everything; H2O: all keys; ITF: probe keys and layer l's set, SPEC §IV-C);
-//         misses are loaded once layer l+1's set is known;
-//     compute layer l: NR + Q attending to the kept prefix rows, NR and Q.
-//   output layer; write NR's KV to the SSD and insert NR into the radix tree (background);
+// A system is composed of policy objects, each made by name from its registration table:
+//   schedule (schedule.policy, core/schedule.h): the order of a request's loads and computes
+//       -- recompute, layerwise (prefetch.mode = none | layer), cake;
+//   selector (select.policy, core/selector.h): what a layer keeps of the reused prefix and
+//       what the next layer is predicted to need -- all, h2o, itf (itf.fallback);
+//   cache policy (cache.policy, core/cache_policy.h): how the GPU and CPU tiers rank chunks;
+//   and the stored layout (core/stored_layout.h): which kinds a chunk has, bytes per chunk.
+// Loads go through one LoadPlanner per request (core/load_planner.h), whatever the schedule.
+//
+// Per request, Run keeps the lifecycle (SPEC §IV-A "Dataflow"):
+//   radix lookup -> reusable R (n tokens), new prefix tokens NR, query tokens Q;
+//   the schedule's prefill (recompute when nothing is reusable);
+//   the output layer; NR's KV written to the SSD and NR inserted into the radix tree
+//       (background);
+//   the importance history: the share of layers that kept each reused token (a history
+//       selector's request records what its attention observed instead), for the reorderer;
 //   reorder.enabled: every reorder.interval, repack the segments whose importance order
-//       changed (background SSD reads + writes).
+//       changed (background SSD reads + writes);
+//   retire, check and log every op of the request.
 //
 // Failures (core/executor.h, "Failure"). Every operation's status is checked: each Wait and
 // WaitAny, and every op when it is retired, foreground or background. The first failure of a
@@ -70,9 +68,15 @@
 #include "core/run_log.h"
 #include "core/score_source.h"
 #include "core/status.h"
+#include "core/stored_layout.h"
 #include "core/tiered_cache.h"
 
 namespace kvtier {
+
+class RequestRun;
+class Schedule;
+class TokenSelector;
+struct SelectorInfo;
 
 struct PipelineOptions {
   SystemOptions system;
@@ -106,7 +110,7 @@ struct PipelineTotals {
 class Pipeline {
  public:
   // The executor, score source and log must outlive the pipeline. Throws ConfigError if the
-  // options name an unknown cache policy.
+  // options name an unknown schedule, selector or cache policy.
   Pipeline(const ModelSpec& model, const PipelineOptions& options, Executor* executor,
            ScoreSource* scores, RunLog* log);
   ~Pipeline();
@@ -134,37 +138,23 @@ class Pipeline {
   const PipelineTotals& totals() const { return totals_; }
 
  private:
-  struct RequestState;
-  struct Selection;
-  struct LoadGroup;
+  friend class RequestRun;  // a request's primitives act on the pipeline's parts
 
-  Status RunRecompute(RequestState& rs);
-  Status RunLayers(RequestState& rs);
-  Status RunCake(RequestState& rs);
-  void AbandonForeground(RequestState& rs, const std::vector<OpId>& ops);
-  void BuildChunkMap(RequestState& rs);
-  Selection SelectAll(const RequestState& rs) const;
-  void IssueLoads(RequestState& rs, int layer, KvKind kind, const Selection& sel,
-                  LoadGroup* group, bool demand);
-  void SubmitLoads(RequestState& rs, LoadGroup& g, Purpose purpose, int layer,
-                   std::vector<OpId> after, const std::vector<OpId>* after_read, OpId* read_op);
-  OpId SubmitCompute(RequestState& rs, ComputeOp op, std::vector<OpId> after, bool gpu);
-  OpId SubmitTransfer(RequestState& rs, TransferOp op, std::vector<OpId> after,
-                      bool background);
-  void StoreNewPrefix(RequestState& rs, OpId after);
+  void StoreNewPrefix(RequestRun& rs, OpId after);
+  void ObserveImportance(RequestRun& rs);
   void MaybeReorder(RequestId request);
-  // Executor waits made by a request: other requests may run inside them, so afterwards the
-  // cache's pin holder is this request's again.
-  Status Wait(RequestState& rs, OpId op);
-  // Index of the first op done, and its status in *status.
-  std::size_t WaitAny(RequestState& rs, std::span<const OpId> ops, Status* status);
   // True if an in-flight request reads segment `id` (its match references it).
   bool SegmentInUse(std::uint32_t id) const;
   void RetireBackground(bool wait_all);
-  Bytes ChunkBytes(const Segment& seg, std::uint32_t chunk, KvKind kind) const;
 
   ModelSpec model_;
   PipelineOptions options_;
+  StoredLayout layout_;
+  const SelectorInfo* selector_info_ = nullptr;
+  bool reuses_ = true;                   // the schedule looks up and stores prefix KV
+  std::unique_ptr<TokenSelector> selector_;
+  std::unique_ptr<Schedule> schedule_;   // over selector_
+  std::unique_ptr<Schedule> recompute_;  // for a request with nothing reusable
   Executor* executor_;
   ScoreSource* scores_;
   RunLog* log_;
@@ -180,7 +170,7 @@ class Pipeline {
   std::vector<Background> background_;
   Status background_error_;  // first background failure not yet returned by Run or Finish
   PipelineTotals totals_;
-  std::vector<const RequestState*> in_flight_;  // requests inside Run, oldest first
+  std::vector<const RequestRun*> in_flight_;  // requests inside Run, oldest first
   std::uint32_t holders_in_use_ = 0;  // bit h: a request in flight holds pin slot h
   std::uint64_t tree_version_ = 0;    // bumped by every Insert and Repack
 };

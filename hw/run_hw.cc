@@ -10,6 +10,7 @@
 
 #include "core/errors.h"
 #include "core/pipeline.h"
+#include "core/stored_layout.h"
 #include "driver/experiment.h"
 #include "hw/store_dir.h"
 
@@ -30,14 +31,6 @@ std::string FsName(long type) {
       return b;
     }
   }
-}
-
-// Bytes of one stored chunk, as the Pipeline counts them (core/pipeline.cc ChunkBytes).
-Bytes StoredChunkBytes(const ModelSpec& model, const SystemOptions& sys, const Segment& seg,
-                       std::uint32_t chunk, KvKind kind) {
-  const Bytes tokens = Bytes(seg.TokensInChunk(chunk, sys.chunk_tokens));
-  if (kind == KvKind::kProbeKey) return tokens * Bytes(sys.itf_options.probe_heads) * model.RowBytes();
-  return tokens * model.KBytesPerTokenLayer();
 }
 
 }  // namespace
@@ -112,14 +105,14 @@ class HwBackend : public ExperimentBackend {
     // The SSD holds every chunk: store every prewarmed segment's chunks, and copy the content
     // of those the caches placed in the CPU / GPU tiers into their arena slots.
     const RadixTree& tree = pipeline.tree();
+    const StoredLayout layout = StoredLayout::Of(opts_.model, opts_.system);
     for (std::uint32_t id = 1; prewarmed && failure.ok(); ++id) {
       const Segment* seg = tree.FindSegment(id);
       if (seg == nullptr) break;
       for (int l = 0; l < opts_.model.layers && failure.ok(); ++l) {
         for (std::uint32_t c = 0; c < seg->num_chunks && failure.ok(); ++c) {
-          for (KvKind kind : {KvKind::kKey, KvKind::kValue, KvKind::kProbeKey}) {
-            if (kind == KvKind::kProbeKey && !opts_.system.itf) continue;
-            const Bytes b = StoredChunkBytes(opts_.model, opts_.system, *seg, c, kind);
+          for (KvKind kind : layout.kinds()) {
+            const Bytes b = layout.ChunkBytes(*seg, c, kind);
             failure = executor_->Prepopulate(ChunkId::Make(id, kind, std::uint32_t(l), c), b, true)
                           .Annotate("prewarm: storing segment " + std::to_string(id));
             if (!failure.ok()) break;

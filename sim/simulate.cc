@@ -7,6 +7,7 @@
 #include "analysis/results_db.h"
 #include "core/errors.h"
 #include "core/options.h"
+#include "core/selector.h"
 #include "driver/experiment.h"
 #include "sim/serve.h"
 #include "sim/sim_executor.h"
@@ -34,7 +35,7 @@ class SimBackend : public ExperimentBackend {
 
   void BeginRun(const RunInfo& info, TraceScoreSource* scores) override {
     const std::string dir = SelectionMemo::DefaultDir();
-    if (!opts_.system.itf || dir.empty()) return;
+    if (!FindSelector(opts_.system.select).probe_keys || dir.empty()) return;
     memo_ = SelectionMemo::Open(
         dir,
         SelectionMemo::MakeKey(info.trace_sha256, opts_.model, opts_.importance,

@@ -9,15 +9,17 @@
 #include "core/check.h"
 #include "core/errors.h"
 #include "core/radix_tree.h"
+#include "core/schedule.h"
+#include "core/stored_layout.h"
 #include "core/tiered_cache.h"
 
 namespace kvtier {
 namespace {
 
 // Bytes of one (segment, chunk) over every layer and KV kind the system stores.
-Bytes GroupBytes(const ModelSpec& m, const SystemOptions& sys, int tokens) {
-  Bytes per_layer = 2 * Bytes(tokens) * m.KBytesPerTokenLayer();
-  if (sys.itf) per_layer += m.ProbeChunkBytes(tokens, sys.itf_options.probe_heads);
+Bytes GroupBytes(const ModelSpec& m, const StoredLayout& layout, int tokens) {
+  Bytes per_layer = 0;
+  for (KvKind kind : layout.kinds()) per_layer += Bytes(tokens) * layout.TokenBytes(kind);
   return per_layer * Bytes(m.layers);
 }
 
@@ -25,16 +27,18 @@ Bytes GroupBytes(const ModelSpec& m, const SystemOptions& sys, int tokens) {
 
 HitRatios EstimateHitRatios(const WorkloadParams& w, const ExperimentOptions& opt) {
   const SystemOptions& sys = opt.system;
-  KVTIER_CHECK(sys.reuse, "EstimateHitRatios needs a system that reuses KV");
+  KVTIER_CHECK(FindSchedule(sys.schedule).reuses,
+               "EstimateHitRatios needs a system that reuses KV");
   std::vector<TraceRecord> records;
   GenerateRecords(w, nullptr, [&](const TraceRecord& r) { records.push_back(r); });
   HitRatios out;
   if (records.empty()) return out;
   RadixTree tree(records.front().request.tokens_per_symbol, sys.chunk_tokens);
   TieredCache cache(NewCachePolicy(sys.cache_policy, "cache.policy"), sys.cache);
+  const StoredLayout layout = StoredLayout::Of(opt.model, sys);
   std::vector<CacheMove> moves;
   auto chunk_bytes = [&](const Segment& seg, std::uint32_t c) {
-    return GroupBytes(opt.model, sys, seg.TokensInChunk(c, sys.chunk_tokens));
+    return GroupBytes(opt.model, layout, seg.TokensInChunk(c, sys.chunk_tokens));
   };
   if (opt.run.prewarm) {  // as Pipeline::Prewarm: every prefix, in trace order, GPU then CPU
     for (const TraceRecord& r : records) {
@@ -52,7 +56,8 @@ HitRatios EstimateHitRatios(const WorkloadParams& w, const ExperimentOptions& op
     }
   }
   std::int64_t hits[3] = {0, 0, 0};  // gpu, cpu, ssd
-  const std::int64_t per_group = std::int64_t(opt.model.layers) * (sys.itf ? 3 : 2);
+  const std::int64_t per_group =
+      std::int64_t(opt.model.layers) * std::int64_t(layout.kinds().size());
   for (std::size_t i = 0; i < records.size(); ++i) {
     const Request& q = records[i].request;
     const Match match = tree.Lookup(q.prefix);

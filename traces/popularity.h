@@ -27,7 +27,7 @@ struct HitRatios {
   double gpu = 0, cpu = 0, ssd = 0;
 };
 
-// REQUIRES: options.system.reuse; the workload is valid.
+// REQUIRES: options.system's schedule reuses KV (not recompute); the workload is valid.
 HitRatios EstimateHitRatios(const WorkloadParams& workload, const ExperimentOptions& options);
 
 struct PopularitySolution {

@@ -48,6 +48,7 @@
 #include "analysis/results_db.h"
 #include "core/config.h"
 #include "core/itf.h"
+#include "core/selector.h"
 #include "core/options.h"
 #include "core/pipeline.h"
 #include "sim/sim_executor.h"
@@ -315,7 +316,7 @@ Result RunSystem(const BenchOptions& bo, const std::string& system, MemoRun memo
   TimedExecutor timed_exec(&executor);
   TraceScoreSource trace_scores(header, opts.model);
   std::unique_ptr<SelectionMemo> memo;
-  if (memo_run != MemoRun::kNone && opts.system.itf) {
+  if (memo_run != MemoRun::kNone && FindSelector(opts.system.select).probe_keys) {
     const std::string memo_dir = dir + "/selections";
     if (memo_run == MemoRun::kCold) fs::remove_all(memo_dir);
     memo = SelectionMemo::Open(
@@ -330,7 +331,7 @@ Result RunSystem(const BenchOptions& bo, const std::string& system, MemoRun memo
   TimedScores scores;
   scores.memo = memo != nullptr;
   scores.inner = &trace_scores;
-  scores.itf = opts.system.itf;
+  scores.itf = FindSelector(opts.system.select).probe_keys;
   scores.probe_heads = opts.system.itf_options.probe_heads;
   scores.itf_options = opts.system.itf_options;
   scores.retention = opts.system.retention;
@@ -510,7 +511,8 @@ int Main(int argc, char** argv) {
   };
   std::vector<Job> jobs;
   for (const std::string& system : bo.systems) {
-    const bool itf = BuildOptions(Config::Load(WriteIni(bo, system), {})).system.itf;
+    const bool itf =
+        FindSelector(BuildOptions(Config::Load(WriteIni(bo, system), {})).system.select).probe_keys;
     if (!itf || bo.memo != "warm") jobs.push_back({system, MemoRun::kNone, system});
     if (itf && bo.memo == "all") jobs.push_back({system, MemoRun::kCold, system + ":cold"});
     if (itf && bo.memo != "off") jobs.push_back({system, MemoRun::kWarm, system + ":warm"});

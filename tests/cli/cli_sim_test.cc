@@ -79,7 +79,7 @@ TEST_F(SimCliTest, ComparesSystemsAndWritesCompleteRuns) {
   EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM run_summary"), "2");
   EXPECT_EQ(Query(db, "SELECT requests FROM run_summary WHERE system = 'spec'"), "10");
   EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM requests WHERE warmup = 1 AND run_id = 1"), "2");
-  EXPECT_NE(Query(db, "SELECT config FROM runs WHERE system = 'spec'").find("itf.enabled = true"),
+  EXPECT_NE(Query(db, "SELECT config FROM runs WHERE system = 'spec'").find("select.policy = itf"),
             std::string::npos);
 }
 

@@ -15,6 +15,8 @@
 
 #include "core/errors.h"
 #include "core/options.h"
+#include "core/schedule.h"
+#include "core/selector.h"
 
 namespace kvtier {
 namespace {
@@ -356,7 +358,91 @@ TEST_F(ConfigTest, ErrorAboutTwoKeysNamesTheFileOfEach) {
   EXPECT_NE(msg.find(model_file + ":7: model.kv_heads"), std::string::npos) << msg;
 }
 
+// The policy keys' choices are their registration tables' names: a new selector, schedule or
+// cache policy shows up in the key table, in --keys and in errors without a second list.
+TEST_F(ConfigTest, PolicyKeysChoicesAreTheRegistrationTables) {
+  auto names = [](const auto& table) {
+    std::string out;
+    for (const auto& entry : table) out += (out.empty() ? "" : "|") + std::string(entry.name);
+    return out;
+  };
+  EXPECT_EQ(KeyChoicesText(*FindKey("select.policy")), names(Selectors()));
+  EXPECT_EQ(KeyChoicesText(*FindKey("schedule.policy")), names(Schedules()));
+  EXPECT_EQ(KeyChoicesText(*FindKey("prefetch.mode")), names(PrefetchModes()));
+  EXPECT_EQ(KeyChoicesText(*FindKey("cache.policy")), "lru|lfu|score");
+  // ITF may fall back to any selector that reads no probe keys (not to itself).
+  EXPECT_EQ(KeyChoicesText(*FindKey("itf.fallback")).find("itf"), std::string::npos);
+  EXPECT_NE(KeyChoicesText(*FindKey("itf.fallback")).find("h2o"), std::string::npos);
+  for (const Choice& c : KeyChoices(*FindKey("select.policy"))) EXPECT_FALSE(c.help.empty());
+  // A fixed list has no helps.
+  EXPECT_EQ(KeyChoicesText(*FindKey("model.family")), "opt|llama");
+
+  const std::string msg = ErrorOf([&] {
+    Config::Load(Experiment("[select]\npolicy = h20\n"), {});
+  });
+  EXPECT_NE(msg.find("e.ini:6: select.policy: 'h20' is not one of: all,h2o,itf"),
+            std::string::npos) << msg;
+  // Made by name (a SystemOptions built in code): an unknown name is an error, never a default.
+  const std::string made = ErrorOf([] { NewSelector("h20", ModelSpec{}, SystemOptions{}); });
+  EXPECT_NE(made.find("select.policy: unknown selector 'h20' (valid: all, h2o, itf"),
+            std::string::npos) << made;
+  const std::string sched = ErrorOf([] { FindSchedule("cakes"); });
+  EXPECT_NE(sched.find("schedule.policy: unknown schedule 'cakes' (valid: recompute, layerwise, "
+                       "cake)"),
+            std::string::npos) << sched;
+}
+
+// Keys replaced by the policy keys say what replaced them.
+TEST_F(ConfigTest, RemovedKeysNameTheirReplacement) {
+  auto error = [&](const std::string& body) {
+    return ErrorOf([&] { Config::Load(Experiment(body), {}); });
+  };
+  std::string msg = error("[itf]\nenabled = true\n");
+  EXPECT_NE(msg.find("e.ini:6: key 'itf.enabled' no longer exists: write select.policy = itf"),
+            std::string::npos) << msg;
+  msg = error("[reuse]\nenabled = false\n");
+  EXPECT_NE(msg.find("'reuse.enabled' no longer exists: write schedule.policy = recompute"),
+            std::string::npos) << msg;
+  msg = error("[prefetch]\ncake_chunk_tokens = 256\n");
+  EXPECT_NE(msg.find("'prefetch.cake_chunk_tokens' no longer exists: write cake.chunk_tokens"),
+            std::string::npos) << msg;
+  msg = error("[prefetch]\nmode = cake\n");
+  EXPECT_NE(msg.find("e.ini:6: prefetch.mode: 'cake' is not one of: none,layer "
+                     "(prefetch.mode = cake was replaced by schedule.policy = cake)"),
+            std::string::npos) << msg;
+  msg = ErrorOf([&] { Config::Load(Experiment(""), {"--itf.enabled=true"}); });
+  EXPECT_NE(msg.find("command line: key 'itf.enabled' no longer exists"), std::string::npos)
+      << msg;
+}
+
+// Cake loads a chunk's rows before the query has reached any layer: a selector that reads the
+// query's attention cannot choose them.
+TEST_F(ConfigTest, ScheduleThatLoadsBeforeTheQueryRejectsAQuerySelector) {
+  const std::string path = Experiment("[schedule]\npolicy = cake\n[select]\npolicy = h2o\n");
+  const std::string msg = ErrorOf([&] { BuildOptions(Config::Load(path, {})); });
+  EXPECT_NE(msg.find(path + ":8: select.policy: 'h2o' reads the query's attention at each layer, "
+                     "but schedule.policy = cake (" + path + ":6) loads before the query "
+                     "reaches a layer; use a selector that reads no query: all"),
+            std::string::npos) << msg;
+  const ExperimentOptions ok =
+      BuildOptions(Config::Load(Experiment("[schedule]\npolicy = cake\n"), {}));
+  EXPECT_EQ(ok.system.schedule, "cake");
+  EXPECT_EQ(ok.system.select, "all");
+}
+
+// The known systems are the shipped configs/systems/*.ini files, not a list in the code.
+TEST_F(ConfigTest, KnownSystemsAreTheSystemFiles) {
+  Write("systems/alpha.ini", "[system]\nname = alpha\n");
+  Write("systems/notes.txt", "not a system\n");
+  EXPECT_EQ(KnownSystemNames(root_.string()), (std::vector<std::string>{"alpha", "sys"}));
+  const std::string msg = ErrorOf([&] {
+    Config::Load(Experiment("", "[include]\nmodel = m\nhardware = hw\nsystem = beta\n"), {});
+  });
+  EXPECT_NE(msg.find("(known: alpha, sys)"), std::string::npos) << msg;
+}
+
 }  // namespace
+
 TEST(ExpandHomeTest, ReplacesOnlyALeadingTildeSlash) {
   const char* home = std::getenv("HOME");
   ASSERT_NE(home, nullptr);

@@ -5,6 +5,7 @@ kvtier_add_test(NAME pipeline_failure_test SOURCES pipeline_failure_test.cc LIBS
                 LABELS unit contract)
 target_compile_definitions(pipeline_failure_test PRIVATE
                            KVTIER_TEST_SOURCE_DIR="${PROJECT_SOURCE_DIR}")  # configs/systems
+kvtier_add_test(NAME stored_layout_test SOURCES stored_layout_test.cc LIBS kvtier_core LABELS unit)
 kvtier_add_test(NAME reorderer_test SOURCES reorderer_test.cc LIBS kvtier_core LABELS unit)
 kvtier_add_test(NAME executor_wrapper_test SOURCES executor_wrapper_test.cc LIBS kvtier_testutil
                 LABELS unit contract)

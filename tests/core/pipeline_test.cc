@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <tuple>
 
@@ -43,21 +44,20 @@ SystemOptions System(const std::string& name) {
   s.itf_options.probe_heads = 3;
   s.cache.gpu_capacity = 0;
   s.cache.cpu_capacity = 0;
-  if (name == "recomp") s.reuse = false;
+  if (name == "recomp") s.schedule = "recompute";
   if (name == "as") s.prefetch = PrefetchMode::kLayer;
   if (name == "as_h2o_lfu") {
-    s.select = SelectPolicy::kH2o;
+    s.select = "h2o";
     s.prefetch = PrefetchMode::kLayer;
     s.cache_policy = "lfu";
   }
   if (name == "impress" || name == "spec") {
-    s.select = SelectPolicy::kH2o;
-    s.itf = true;
+    s.select = "itf";
     s.reorder = true;
     s.cache_policy = "score";
     s.prefetch = name == "spec" ? PrefetchMode::kLayer : PrefetchMode::kNone;
   }
-  if (name == "cake") s.prefetch = PrefetchMode::kCake;
+  if (name == "cake") s.schedule = "cake";
   return s;
 }
 

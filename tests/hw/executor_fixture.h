@@ -43,22 +43,21 @@ inline SystemOptions System(const std::string& name, Bytes gpu, Bytes cpu) {
   s.itf_options.probe_heads = 3;
   s.cache.gpu_capacity = gpu;
   s.cache.cpu_capacity = cpu;
-  if (name == "recomp") s.reuse = false;
+  if (name == "recomp") s.schedule = "recompute";
   if (name == "as") s.prefetch = PrefetchMode::kLayer;
   if (name == "as_h2o_lfu") {
-    s.select = SelectPolicy::kH2o;
+    s.select = "h2o";
     s.prefetch = PrefetchMode::kLayer;
     s.cache_policy = "lfu";
   }
   if (name == "spec") {
-    s.select = SelectPolicy::kH2o;
-    s.itf = true;
+    s.select = "itf";
     s.reorder = true;
     s.cache_policy = "score";
     s.prefetch = PrefetchMode::kLayer;
   }
   if (name == "cake") {
-    s.prefetch = PrefetchMode::kCake;
+    s.schedule = "cake";
     s.cake_chunk_tokens = 8;
   }
   return s;

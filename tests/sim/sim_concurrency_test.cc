@@ -177,8 +177,7 @@ std::string LoadedRunRows(int workers) {
   SystemOptions sys;
   sys.name = "spec";
   sys.chunk_tokens = 64;
-  sys.select = SelectPolicy::kH2o;
-  sys.itf = true;
+  sys.select = "itf";
   sys.prefetch = PrefetchMode::kLayer;
   sys.cache_policy = "score";
   sys.cache.gpu_capacity = 2ull << 20;

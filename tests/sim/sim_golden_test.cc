@@ -89,7 +89,7 @@ double RecomputeTtftWithTable(const std::string& rows) {
   hw.gpu_layer_table = csv.string();
   SystemOptions sys;
   sys.name = "recomp";
-  sys.reuse = false;
+  sys.schedule = "recompute";
   sys.chunk_tokens = 64;
   sys.cache.gpu_capacity = 0;
   sys.cache.cpu_capacity = 0;

@@ -46,12 +46,12 @@ SystemOptions System(const std::string& name) {
   s.itf_options.retention = 0.25;
   s.cache.gpu_capacity = 0;
   s.cache.cpu_capacity = 0;
-  if (name == "recomp") s.reuse = false;
+  if (name == "recomp") s.schedule = "recompute";
   if (name == "as") s.prefetch = PrefetchMode::kLayer;
-  if (name == "as_h2o_lfu") s.select = SelectPolicy::kH2o, s.prefetch = PrefetchMode::kLayer,
+  if (name == "as_h2o_lfu") s.select = "h2o", s.prefetch = PrefetchMode::kLayer,
                             s.cache_policy = "lfu";
-  if (name == "spec") s.select = SelectPolicy::kH2o, s.itf = true,
-                      s.prefetch = PrefetchMode::kLayer, s.cache_policy = "score";
+  if (name == "spec") s.select = "itf", s.prefetch = PrefetchMode::kLayer,
+                      s.cache_policy = "score";
   return s;
 }
 

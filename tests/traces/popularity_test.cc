@@ -22,8 +22,8 @@ ExperimentOptions Fig21Like() {
   m.head_dim = 128;
   m.dtype_bytes = 2;
   SystemOptions& s = o.system;
-  s.reuse = true;
-  s.itf = true;
+  s.schedule = "layerwise";
+  s.select = "itf";  // stores probe-key chunks too
   s.itf_options.probe_heads = 3;
   s.cache_policy = "lfu";
   s.cache.gpu_capacity = Bytes(10) << 30;

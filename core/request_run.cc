@@ -1,0 +1,128 @@
+#include "core/request_run.h"
+
+#include <algorithm>
+
+#include "core/reorderer.h"
+
+namespace kvtier {
+namespace {
+
+Tier SrcOf(TransferKind kind) {
+  switch (kind) {
+    case TransferKind::kSsdRead: return Tier::kSsd;
+    case TransferKind::kSsdWrite: return Tier::kCpu;
+    case TransferKind::kH2D: return Tier::kCpu;
+    case TransferKind::kD2H: return Tier::kGpu;
+    case TransferKind::kCpuGather: return Tier::kCpu;
+  }
+  return Tier::kCpu;
+}
+
+Tier DstOf(TransferKind kind) {
+  switch (kind) {
+    case TransferKind::kSsdRead: return Tier::kCpu;
+    case TransferKind::kSsdWrite: return Tier::kSsd;
+    case TransferKind::kH2D: return Tier::kGpu;
+    case TransferKind::kD2H: return Tier::kCpu;
+    case TransferKind::kCpuGather: return Tier::kCpu;
+  }
+  return Tier::kCpu;
+}
+
+}  // namespace
+
+RequestRun::RequestRun(Pipeline& pipeline, const Request& request, bool warmup, int holder)
+    : pipeline_(pipeline), request_(&request), warmup_(warmup), holder_(holder), planner_(*this) {}
+
+std::span<const float> RequestRun::History(std::uint32_t segment) const {
+  return pipeline_.reorderer_->MeanImportance(segment);
+}
+
+OpId RequestRun::SubmitCompute(ComputeOp op, std::vector<OpId> after) {
+  after.erase(std::remove(after.begin(), after.end(), kNoOp), after.end());
+  op.request = request_->id;
+  OpId id = pipeline_.executor_->Submit(op, after);
+  ops.push_back({id, false, {}, true, op.layer, op.kind});
+  return id;
+}
+
+OpId RequestRun::SubmitTransfer(TransferOp op, std::vector<OpId> after, bool background) {
+  after.erase(std::remove(after.begin(), after.end(), kNoOp), after.end());
+  if (op.ios == 0) op.ios = std::max<std::uint32_t>(1, std::uint32_t(op.chunks.size()));
+  TransferRecord tr;
+  tr.request_id = request_->id;
+  tr.layer = op.layer;
+  tr.src = SrcOf(op.kind);
+  tr.dst = DstOf(op.kind);
+  tr.kind = op.kind;
+  tr.purpose = op.purpose;
+  tr.bytes = op.bytes;
+  tr.ios = op.ios;
+  switch (op.kind) {
+    case TransferKind::kSsdRead: rec.ssd_read_bytes += op.bytes; break;
+    case TransferKind::kSsdWrite: rec.ssd_write_bytes += op.bytes; break;
+    case TransferKind::kH2D: rec.pcie_h2d_bytes += op.bytes; break;
+    case TransferKind::kD2H: rec.pcie_d2h_bytes += op.bytes; break;
+    case TransferKind::kCpuGather: break;
+  }
+  OpId id = pipeline_.executor_->Submit(std::move(op), after);
+  if (background) {
+    pipeline_.background_.push_back({id, tr});
+  } else {
+    ops.push_back({id, true, tr, false, tr.layer, ComputeKind::kLayerPrefill});
+  }
+  return id;
+}
+
+Status RequestRun::Wait(OpId op) {
+  Status st = pipeline_.executor_->Wait(op);
+  pipeline_.cache_->SetHolder(holder_);
+  return st;
+}
+
+std::size_t RequestRun::WaitAny(std::span<const OpId> waiting, Status* status) {
+  const std::size_t i = pipeline_.executor_->WaitAny(waiting);
+  *status = pipeline_.executor_->Wait(waiting[i]);  // done: returns at once (executor contract)
+  pipeline_.cache_->SetHolder(holder_);
+  return i;
+}
+
+void RequestRun::Abandon(const std::vector<OpId>& abandoned) {
+  // The request no longer waits for these transfers (and their dependencies): they finish in
+  // the background and are logged then.
+  for (OpId op : abandoned) {
+    for (auto it = ops.begin(); it != ops.end(); ++it) {
+      if (it->op == op && it->is_transfer) {
+        pipeline_.background_.push_back({op, it->transfer});
+        ops.erase(it);
+        break;
+      }
+    }
+  }
+  // Their upstream reads: any foreground transfer not yet done that only they depended on is
+  // moved too, so the request's end does not wait for abandoned work.
+  for (auto it = ops.begin(); it != ops.end();) {
+    if (it->is_transfer && it->transfer.purpose == Purpose::kCakeLoad &&
+        !pipeline_.executor_->Done(it->op)) {
+      pipeline_.background_.push_back({it->op, it->transfer});
+      it = ops.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void RequestRun::Keep(const Selection& kept) {
+  if (kept.kind == Selection::Kind::kShared) {
+    for (std::int32_t t : kept.shared) kept_fraction[std::size_t(t)] += 1.0f;
+  } else if (kept.kind == Selection::Kind::kPerHead) {
+    const float w = 1.0f / float(std::max<std::size_t>(1, kept.per_head.size()));
+    for (const auto& head : kept.per_head) {
+      for (std::int32_t t : head) kept_fraction[std::size_t(t)] += w;
+    }
+  } else {
+    for (auto& f : kept_fraction) f += 1.0f;
+  }
+}
+
+}  // namespace kvtier
