@@ -14,6 +14,8 @@ namespace kvtier {
 std::unique_ptr<TokenSelector> NewAllSelector(const ModelSpec& model, const SystemOptions& system);
 std::unique_ptr<TokenSelector> NewH2oSelector(const ModelSpec& model, const SystemOptions& system);
 std::unique_ptr<TokenSelector> NewItfSelector(const ModelSpec& model, const SystemOptions& system);
+std::unique_ptr<TokenSelector> NewHistorySelector(const ModelSpec& model,
+                                                  const SystemOptions& system);
 
 namespace {
 
@@ -27,6 +29,9 @@ constexpr SelectorInfo kSelectors[] = {
     {"itf", &NewItfSelector,
      "probe heads' keys and scores; K and V of one voted set, or itf.fallback (SPEC IV-B)",
      true, true, false},
+    {"history", &NewHistorySelector,
+     "top select.retention of each range by the segments' importance history; reads no query",
+     false, false, true},
 };
 
 }  // namespace

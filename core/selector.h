@@ -8,6 +8,8 @@
 //   itf      the probe heads' keys; their scores; ITF's decision (SPEC §IV-B, core/itf.h):
 //            pass -> K and V rows of the one voted set; fallback -> what the `itf.fallback`
 //            selector loads for this layer.
+//   history  the top select.retention share of R by each token's stored importance history
+//            (the reorderer's moving average of past requests' attention); reads no query.
 //
 // Implementations live one per file in core/selectors/ and are registered in the one table
 // in core/selector.cc (name, factory, one-line help, and what each needs); the config key's

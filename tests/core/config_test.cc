@@ -380,11 +380,11 @@ TEST_F(ConfigTest, PolicyKeysChoicesAreTheRegistrationTables) {
   const std::string msg = ErrorOf([&] {
     Config::Load(Experiment("[select]\npolicy = h20\n"), {});
   });
-  EXPECT_NE(msg.find("e.ini:6: select.policy: 'h20' is not one of: all,h2o,itf"),
+  EXPECT_NE(msg.find("e.ini:6: select.policy: 'h20' is not one of: all,h2o,itf,history"),
             std::string::npos) << msg;
   // Made by name (a SystemOptions built in code): an unknown name is an error, never a default.
   const std::string made = ErrorOf([] { NewSelector("h20", ModelSpec{}, SystemOptions{}); });
-  EXPECT_NE(made.find("select.policy: unknown selector 'h20' (valid: all, h2o, itf"),
+  EXPECT_NE(made.find("select.policy: unknown selector 'h20' (valid: all, h2o, itf, history)"),
             std::string::npos) << made;
   const std::string sched = ErrorOf([] { FindSchedule("cakes"); });
   EXPECT_NE(sched.find("schedule.policy: unknown schedule 'cakes' (valid: recompute, layerwise, "
@@ -422,12 +422,15 @@ TEST_F(ConfigTest, ScheduleThatLoadsBeforeTheQueryRejectsAQuerySelector) {
   const std::string msg = ErrorOf([&] { BuildOptions(Config::Load(path, {})); });
   EXPECT_NE(msg.find(path + ":8: select.policy: 'h2o' reads the query's attention at each layer, "
                      "but schedule.policy = cake (" + path + ":6) loads before the query "
-                     "reaches a layer; use a selector that reads no query: all"),
+                     "reaches a layer; use a selector that reads no query: all, history"),
             std::string::npos) << msg;
   const ExperimentOptions ok =
       BuildOptions(Config::Load(Experiment("[schedule]\npolicy = cake\n"), {}));
   EXPECT_EQ(ok.system.schedule, "cake");
   EXPECT_EQ(ok.system.select, "all");
+  const ExperimentOptions history = BuildOptions(Config::Load(
+      Experiment("[schedule]\npolicy = cake\n[select]\npolicy = history\n"), {}));
+  EXPECT_EQ(history.system.select, "history");
 }
 
 // The known systems are the shipped configs/systems/*.ini files, not a list in the code.

@@ -163,6 +163,7 @@ const std::map<std::string, std::set<OpKind>>& KindsBySystem() {
       {"ablation_itf", all},
       {"ablation_ro", all},
       {"cake", whole_chunks},
+      {"spec_cake", all},
   };
   return kinds;
 }

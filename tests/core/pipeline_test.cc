@@ -263,6 +263,65 @@ TEST(PipelineTest, CakeMeetsWhereComputeAndLoadRatesSay) {
   EXPECT_NEAR(h.log.requests[1].ttft_s, 15.0, 1e-9);
 }
 
+// spec_cake: Cake's schedule with the history selector (retention 0.25), costs as in Cake's
+// test but loading a whole Cake chunk (all layers' K and V) takes 2.8 units. Request 1 stores
+// the prefix; request 2 reuses it with no history yet, so it loads every row as Cake does:
+// loads of 7, 6, 5 end at 2.8, 5.6, 8.4, load 4 starts at 8.4; compute does chunks 0..3 by 10
+// (1+2+3+4), takes chunk 4 (10..15) and abandons its load: "computed 5 loaded 3 of 8" at 15.
+// Request 2's attention (Stable: earlier tokens matter more) leaves a history in which the
+// first quarter of R was kept by every layer and the rest by none: each Cake chunk of request
+// 3 then keeps its first 4 of 16 tokens by history (ties -> the earlier token), one stored
+// 4-token chunk per layer and kind, a quarter of the bytes: 0.7 units. Loads of 7..3 end at
+// 0.7, 1.4, 2.1, 2.8, 3.5; compute does chunk 0 (0..1), 1 (1..3) and 2 (3..6), when chunk 3
+// is loaded: "computed 3 loaded 5 of 8" at 6. Request 3's own scores rank the other way
+// (later tokens first): the rows come from the history, never from the request's query.
+TEST(PipelineTest, SpecCakeMeetsWhereTheHistoryShrinksItsLoads) {
+  ModelSpec model = TinyModel(2);
+  const std::int64_t C = 16;
+  SystemOptions sys = System("cake");
+  sys.select = "history";
+  sys.cache_policy = "score";
+  sys.cake_chunk_tokens = int(C);
+  const Bytes chunk_bytes = Bytes(C) * model.KvBytesPerToken();
+  FakeExecutorOptions exec;
+  exec.ssd_read_bw = double(chunk_bytes) / 2.8;
+  exec.h2d_bw = 1e18;
+  exec.ssd_write_bw = 1e18;
+  exec.d2h_bw = 1e18;
+  exec.gather_bw = 1e18;
+  exec.compute = [C](const ComputeOp& op) -> Seconds {
+    if (op.kind == ComputeKind::kChunkPrefill) {
+      return double(op.new_tokens) * double(op.context_tokens) / double(C * C);
+    }
+    return 0;
+  };
+  auto scores = [](const Request& r, int, int, std::int64_t t) {
+    return r.id == 3 ? float(t) : float(1000 - t);
+  };
+  Harness h(model, sys, scores, exec);
+  for (RequestId id = 1; id <= 3; ++id) ASSERT_TRUE(h.pipeline->Run(MakeRequest(id, 8 * C, 0)).ok());
+  h.pipeline->Finish();
+  std::map<RequestId, std::string> meet;
+  for (const auto& d : h.log.decisions) {
+    if (d.kind == "cake_meet") meet[d.request_id] = d.detail;
+  }
+  EXPECT_EQ(meet[2], "computed 5 loaded 3 of 8");
+  EXPECT_EQ(meet[3], "computed 3 loaded 5 of 8");
+  ASSERT_EQ(h.log.requests.size(), 3u);
+  EXPECT_NEAR(h.log.requests[1].ttft_s, 15.0, 1e-9);
+  EXPECT_NEAR(h.log.requests[2].ttft_s, 6.0, 1e-9);
+  // Request 3 read the first stored chunk of each of the five Cake chunks it loaded.
+  EXPECT_EQ(h.log.requests[2].ssd_read_bytes, 5 * chunk_bytes / 4);
+  for (const auto& s : h.executor.history()) {
+    if (!s.is_transfer || s.transfer.request != 3 || s.transfer.kind != TransferKind::kSsdRead) {
+      continue;
+    }
+    for (const ChunkIo& c : s.transfer.chunks) EXPECT_EQ(c.chunk.index() % 4, 0u);
+  }
+  // NR and the query attend to 3 computed chunks and 5 * 4 loaded rows, in every layer.
+  EXPECT_EQ(h.log.requests[2].important_tokens, (3 * C + 5 * 4) * 2);
+}
+
 // Cake's loads go through the same submission as every layer's: a chunk partly inside a Cake
 // chunk is read whole and its needed rows gathered on the CPU before the copy, and cache moves
 // name the chunks they move (an executor that moves real bytes needs both). Cake used to keep

@@ -60,6 +60,12 @@ inline SystemOptions System(const std::string& name, Bytes gpu, Bytes cpu) {
     s.schedule = "cake";
     s.cake_chunk_tokens = 8;
   }
+  if (name == "spec_cake") {
+    s.schedule = "cake";
+    s.select = "history";
+    s.cache_policy = "score";
+    s.cake_chunk_tokens = 8;
+  }
   return s;
 }
 

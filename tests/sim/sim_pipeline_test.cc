@@ -235,5 +235,66 @@ TEST(SimParity, SameDecisionsAsFakeExecutor) {
   EXPECT_EQ(sim_text, fake_text);
 }
 
+// spec_cake (Cake's schedule, rows from the importance history) makes the same decisions
+// through SimGrid and the FakeExecutor where its meeting point is not close: I/O a million
+// times faster than the GPU in both, so every Cake chunk but the first is loaded (which chunks,
+// which rows and every cache move follow from the history and the caches, never the executor).
+TEST(SimParity, SpecCakeSameDecisionsAsFakeExecutor) {
+  auto run = [](Executor* ex, std::function<void(std::function<void()>)> drive) {
+    ModelSpec m = Model();
+    ScriptedScores scores([](const Request& r, int l, int h, std::int64_t t) {
+      return float(((t * 2654435761u) ^ (r.id * 40503u) ^ (l * 7u) ^ (h * 3u)) % 1000);
+    });
+    MemoryRunLog log;
+    PipelineOptions o;
+    o.system = System("spec_cake");
+    o.system.schedule = "cake";
+    o.system.select = "history";
+    o.system.cache_policy = "score";
+    o.system.cake_chunk_tokens = 128;
+    o.system.cache.gpu_capacity = 4ull << 20;
+    o.system.cache.cpu_capacity = 16ull << 20;
+    Pipeline p(m, o, ex, &scores, &log);
+    drive([&] {
+      for (RequestId id = 1; id <= 12; ++id) {
+        p.Run(Prefix(id, 512 + 64 * std::int64_t(id % 4), 100 * (id % 3)));
+      }
+      p.Finish();
+    });
+    return log.decisions;
+  };
+  auto text = [](const std::vector<DecisionRecord>& rows) {
+    std::string t;
+    for (const auto& d : rows) {
+      t += std::to_string(d.request_id) + "|" + std::to_string(d.layer) + "|" + d.kind + "|" +
+           std::to_string(d.chunk) + "|" + d.detail + "\n";
+    }
+    return t;
+  };
+  kvtier::testing::FakeExecutorOptions fo;
+  fo.ssd_read_bw = fo.ssd_write_bw = fo.h2d_bw = fo.d2h_bw = fo.gather_bw = 1e18;
+  fo.compute_s = 1;
+  FakeExecutor fake(fo);
+  const std::string fake_text = text(run(&fake, [](std::function<void()> body) { body(); }));
+  const std::string sim_text = testing::InChildText([&] {
+    HardwareOptions hw = Hw();
+    hw.gpu_flops = 1e9;  // a 128-token chunk of this model: seconds
+    hw.ssd_read_bw = hw.ssd_write_bw = hw.pcie_h2d_bw = hw.pcie_d2h_bw = hw.cpu_gather_bw = 1e15;
+    hw.ssd_latency = hw.pcie_latency = 0;
+    SimExecutor ex(Model(), hw);
+    return text(run(&ex, [&](std::function<void()> body) { ex.Run(body); }));
+  });
+  // Every meeting is far from close: the GPU computed the first chunk, I/O loaded the rest.
+  int meets = 0;
+  for (std::size_t at = 0; (at = fake_text.find("|cake_meet|", at)) != std::string::npos; ++at) {
+    ++meets;
+    EXPECT_EQ(fake_text.compare(at, 25, "|cake_meet|0|computed 1 l"), 0)
+        << fake_text.substr(at, 40);
+  }
+  EXPECT_GE(meets, 9);  // the requests that reused a prefix
+  EXPECT_NE(fake_text.find("|admit|"), std::string::npos);
+  EXPECT_EQ(sim_text, fake_text);
+}
+
 }  // namespace
 }  // namespace kvtier::sim
