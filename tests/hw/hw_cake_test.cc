@@ -2,7 +2,8 @@
 //
 // Guards the RunCake drift of issue 13: Cake's load submission in core/pipeline.cc was a copy
 // of the layer-wise one that never submitted the CPU gather of partly needed chunks and dropped
-// the chunk lists of promotions and demotions. In sim only byte totals matter, so nothing
+// the chunk lists of promotions and demotions (now every schedule submits through the one
+// LoadPlanner, core/load_planner.h). In sim only byte totals matter, so nothing
 // showed; in hw a partly needed chunk's rows were copied to the GPU without a gather, and the
 // promoted and demoted chunks never moved (a bytes-only copy between the staging rings). These
 // tests look at what the executor did (HwExecutorStats), not at the Pipeline's plan.
@@ -40,8 +41,6 @@ int Count(const MemoryRunLog& log, const char* decision) {
 // SSD, so its rows must be gathered before the H2D -- 2 rows x 32 B (K or V of one token in
 // one layer of the tiny model) x 2 kinds x 3 layers = 384 B at least.
 TEST(HwCake, PartlyNeededChunksAreGathered) {
-  GTEST_SKIP() << "fails until RunCake submits the gather: Part A of issue 13 "
-                  "(core/pipeline.cc) fixes it; the coordinator removes this skip then";
   ScratchDir dir;
   const HwRun run = RunOnHw(CakeSixOverFour(0, 0), dir.path());
   for (const Status& s : run.statuses) ASSERT_TRUE(s.ok()) << s.ToString();
@@ -60,8 +59,6 @@ TEST(HwCake, PartlyNeededChunksAreGathered) {
 // promote them. Each demotion the caches decide must copy that chunk out of its GPU slot, and
 // each promotion copy must move the chunks it promotes.
 TEST(HwCake, PromotedAndDemotedChunksMove) {
-  GTEST_SKIP() << "fails until RunCake keeps the chunks of promotions and demotions: Part A of "
-                  "issue 13 (core/pipeline.cc) fixes it; the coordinator removes this skip then";
   ScratchDir dir;
   const HwRun run = RunOnHw(CakeSixOverFour(8 * 128, 32 * 128), dir.path());
   for (const Status& s : run.statuses) ASSERT_TRUE(s.ok()) << s.ToString();
