@@ -141,6 +141,7 @@ ImportanceAccumulator::ImportanceAccumulator(int layers, int kv_heads,
   layer_n_.assign(layers_, 0);
   s_jd_sum_.assign(std::max(0, layers_ - 1), 0);
   s_jd_n_.assign(std::max(0, layers_ - 1), 0);
+  s_jp_sum_.assign(std::size_t(layers_) * layers_, 0);
   s_head_j_sum_.assign(layers_, 0);
   s_head_j2_sum_.assign(layers_, 0);
   s_head_j_n_.assign(layers_, 0);
@@ -253,7 +254,9 @@ void ImportanceAccumulator::AddStructure(std::uint64_t group, std::int64_t n,
   for (int l = 0; l + 1 < layers_; ++l) {
     for (int d = 1; l + d < layers_; ++d) {
       const double i = double(MaskIntersection(sets[l], sets[l + d]));
-      s_jd_sum_[d - 1] += i / (2.0 * double(k) - i);
+      const double j = i / (2.0 * double(k) - i);
+      s_jd_sum_[d - 1] += j;
+      s_jp_sum_[std::size_t(l) * layers_ + l + d] += j;
       ++s_jd_n_[d - 1];
     }
   }
@@ -308,6 +311,16 @@ StructureStats ImportanceAccumulator::StructureResult() const {
   for (std::size_t d = 0; d < s_jd_sum_.size(); ++d) {
     if (s_jd_n_[d] > 0) s.jaccard_by_distance[d] = s_jd_sum_[d] / double(s_jd_n_[d]);
   }
+  s.layers = layers_;
+  s.jaccard_by_pair.assign(std::size_t(layers_) * layers_, nan);
+  for (int l = 0; l < layers_; ++l) {
+    s.jaccard_by_pair[std::size_t(l) * layers_ + l] = 1;
+    for (int l2 = l + 1; l2 < layers_ && s_requests_ > 0; ++l2) {
+      const double j = s_jp_sum_[std::size_t(l) * layers_ + l2] / double(s_requests_);
+      s.jaccard_by_pair[std::size_t(l) * layers_ + l2] = j;
+      s.jaccard_by_pair[std::size_t(l2) * layers_ + l] = j;
+    }
+  }
   const double reqs = double(std::max<std::int64_t>(1, s_requests_));
   s.random_jaccard = s_requests_ ? s_random_sum_ / reqs : nan;
   s.dispersion = s_requests_ ? s_disp_sum_ / reqs : nan;
@@ -330,6 +343,10 @@ StructureStats ImportanceAccumulator::StructureResult() const {
     within += std::max(0.0, s_head_j2_sum_[l] / double(c) - m * m);
     ++within_n;
   }
+  s.itf_similarity_by_layer.assign(layers_, nan);
+  for (int l = 0; l < layers_; ++l) {
+    if (s_head_j_n_[l] > 0) s.itf_similarity_by_layer[l] = s_head_j_sum_[l] / double(s_head_j_n_[l]);
+  }
   s.itf_similarity_mean = sim_n ? sim / double(sim_n) : nan;
   s.itf_similarity_within_var = within_n ? within / double(within_n) : nan;
 
@@ -343,6 +360,9 @@ StructureStats ImportanceAccumulator::StructureResult() const {
   std::sort(keys.begin(), keys.end());
   double pearson_sum = 0, topk_sum = 0;
   std::int64_t pearson_n = 0;
+  s.focus_lags = {1, 4, 16, 64, 256};
+  std::vector<double> focus_sum(s.focus_lags.size(), 0), diff;
+  std::vector<std::int64_t> focus_n(s.focus_lags.size(), 0);
   std::vector<double> fa, fb, weight;
   std::vector<std::int32_t> pos_hist, pos_own;
   std::vector<std::vector<std::uint64_t>> ma, mb;
@@ -377,6 +397,29 @@ StructureStats ImportanceAccumulator::StructureResult() const {
       for (std::int64_t t = 0; t < n; ++t) total[t] += q.count[t];
     }
     for (const Kept& q : reqs_g) {
+      // Focus: d = f - mean f of the others (counts; the scale cancels), centred.
+      const double others = double(reqs_g.size() - 1);
+      diff.resize(static_cast<std::size_t>(n));
+      double mean = 0;
+      for (std::int64_t t = 0; t < n; ++t) {
+        diff[t] = double(q.count[t]) - (total[t] - double(q.count[t])) / others;
+        mean += diff[t];
+      }
+      mean /= double(n);
+      double var = 0;
+      for (double& v : diff) {
+        v -= mean;
+        var += v * v;
+      }
+      var /= double(n);
+      for (std::size_t i = 0; i < s.focus_lags.size() && var > 0; ++i) {
+        const std::int64_t h = s.focus_lags[i];
+        if (h >= n) continue;
+        double c = 0;
+        for (std::int64_t t = 0; t + h < n; ++t) c += diff[t] * diff[t + h];
+        focus_sum[i] += c / double(n - h) / var;
+        ++focus_n[i];
+      }
       weight.resize(static_cast<std::size_t>(n));
       for (std::int64_t t = 0; t < n; ++t) weight[t] = total[t] - q.count[t];
       PackingOrder(weight, &pos_hist);
@@ -392,6 +435,9 @@ StructureStats ImportanceAccumulator::StructureResult() const {
         }
       }
     }
+  }
+  for (std::size_t i = 0; i < s.focus_lags.size(); ++i) {
+    s.focus_autocorr.push_back(focus_n[i] ? focus_sum[i] / double(focus_n[i]) : nan);
   }
   s.f_pearson = pearson_n ? pearson_sum / double(pearson_n) : nan;
   s.f_topk_jaccard = s.pairs ? topk_sum / double(s.pairs) : nan;

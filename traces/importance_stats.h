@@ -25,6 +25,12 @@
 //                  by the request's own f. Saving = 1 - packed / stored (sums over the same
 //                  requests). The numbers behind SPEC's KV reordering (§V-B, Fig. 20);
 //   recency      : mean f by distance from the end of the prefix, in bins [4^i - 1, 4^(i+1) - 1);
+//   layer pairs  : mean over requests of J(S_l, S_l') for every pair of layers (the matrix the
+//                  distance curve averages along its diagonals);
+//   cross-query focus : for a request with other sampled requests of its prefix, d_t = f_t
+//                  minus the mean f_t of the others; the autocorrelation of d along positions
+//                  at lags 1, 4, 16, 64, 256 (mean over requests with n > lag): how far the
+//                  tokens one query favours over the others extend (a document, or a token);
 //   ITF fallback : share of (request, layer) where core/itf.h SelectItf on the first P KV
 //                  heads (retention r, alpha) falls back, exactly as the Pipeline decides.
 // Definitions and the measured real-model values: docs/real-model-observations.md.
@@ -61,6 +67,10 @@ struct StructureStats {
   std::int64_t requests = 0;  // requests measured (n >= min_tokens)
   // [d - 1] for d = 1..L-1: mean Jaccard of layer sets d layers apart; NaN without samples.
   std::vector<double> jaccard_by_distance;
+  int layers = 0;
+  // [l * layers + l'], l != l': mean Jaccard of the layer sets of layers l and l' (symmetric;
+  // 1 on the diagonal; NaN without samples).
+  std::vector<double> jaccard_by_pair;
   double random_jaccard = 0;  // mean over requests of (k^2/n) / (2k - k^2/n)
   double dispersion = 0;      // mean over requests of var(f) / (p(1-p)/L)
   double f_mean_var = 0;      // mean over requests of var(f) (for the fit)
@@ -70,6 +80,10 @@ struct StructureStats {
   std::int64_t pairs = 0;     // request pairs with an identical prefix
   double f_pearson = 0;       // mean over pairs; NaN without pairs
   double f_topk_jaccard = 0;  // mean over pairs; NaN without pairs
+  // Cross-query focus: autocorrelation of f minus the other requests' mean f at focus_lags
+  // (NaN where no request was longer than the lag).
+  std::vector<int> focus_lags;
+  std::vector<double> focus_autocorr;
   std::vector<int> chunk_sizes;
   std::int64_t history_requests = 0;  // requests with another sampled request of their prefix
   // [chunk size]: mean chunks touched per layer over the history requests.
@@ -81,12 +95,14 @@ struct StructureStats {
   // its variance around each layer's mean, averaged over layers (how much head agreement
   // varies from request to request; what makes ITF fall back in some layers).
   double itf_similarity_mean = 0, itf_similarity_within_var = 0;
+  std::vector<double> itf_similarity_by_layer;  // [layer]: mean s; NaN without samples
 
   // 1 - packed / stored; NaN without history requests.
   double HistorySaving(std::size_t chunk_index) const;
   double OwnSaving(std::size_t chunk_index) const;
   double FallbackRate() const;  // NaN when no layer was measured
   double JaccardAt(int d) const;  // d >= 1; NaN outside the curve
+  double PairJaccard(int l, int l2) const { return jaccard_by_pair[std::size_t(l) * layers + l2]; }
 };
 
 struct ImportanceStats {
@@ -157,6 +173,7 @@ class ImportanceAccumulator {
   std::vector<double> s_jd_sum_, s_fd_sum_;
   std::vector<std::int64_t> s_fd_n_;
   std::vector<std::int64_t> s_jd_n_;
+  std::vector<double> s_jp_sum_;  // [l * L + l'], l < l'
   double s_random_sum_ = 0, s_disp_sum_ = 0, s_var_sum_ = 0;
   std::vector<double> s_head_j_sum_, s_head_j2_sum_;  // per layer, structure retention
   std::vector<std::int64_t> s_head_j_n_;

@@ -111,6 +111,11 @@ std::string FormatStructureTable(const StructureStats& s) {
   o << "\n";
   o << "  cross-query (" << s.pairs << " pairs on a shared prefix): Pearson of f "
     << Num(s.f_pearson, 3) << ", Jaccard of top-k by f " << Num(s.f_topk_jaccard, 3) << "\n";
+  o << "  cross-query focus: autocorrelation of f minus the other queries' mean at lag";
+  for (std::size_t i = 0; i < s.focus_lags.size(); ++i) {
+    o << (i ? ", " : " ") << s.focus_lags[i] << " " << Num(s.focus_autocorr[i], 3);
+  }
+  o << "\n";
   o << "  chunks touched per layer (" << s.history_requests
     << " requests with history)\n     chunk   stored  history    own-f  saving(history)  "
        "saving(own)\n";
@@ -140,7 +145,16 @@ std::string FormatStructureJson(const StructureStats& s, const std::string& inde
     << in << "\"f_variance\": " << Num(s.f_mean_var, 6) << ",\n"
     << in << "\"f_by_distance\": " << JsonArray(s.f_by_distance) << ",\n"
     << in << "\"cross_query\": {\"pairs\": " << s.pairs << ", \"f_pearson\": " << Num(s.f_pearson)
-    << ", \"f_topk_jaccard\": " << Num(s.f_topk_jaccard) << "},\n"
+    << ", \"f_topk_jaccard\": " << Num(s.f_topk_jaccard) << ", \"focus_lags\": [";
+  for (std::size_t i = 0; i < s.focus_lags.size(); ++i) o << (i ? ", " : "") << s.focus_lags[i];
+  o << "], \"focus_autocorr\": " << JsonArray(s.focus_autocorr) << "},\n"
+    << in << "\"layer_pair_jaccard\": [";
+  for (int l = 0; l < s.layers; ++l) {
+    o << (l ? ",\n" + in + "  " : "") << JsonArray(std::vector<double>(
+        s.jaccard_by_pair.begin() + std::ptrdiff_t(l) * s.layers,
+        s.jaccard_by_pair.begin() + std::ptrdiff_t(l + 1) * s.layers));
+  }
+  o << "],\n"
     << in << "\"packing\": {\"history_requests\": " << s.history_requests << ", \"chunk_tokens\": [";
   for (std::size_t c = 0; c < s.chunk_sizes.size(); ++c) o << (c ? ", " : "") << s.chunk_sizes[c];
   std::vector<double> hs, os;

@@ -51,6 +51,13 @@ TEST(StructureStats, JaccardByLayerDistanceOfShiftedWindows) {
   EXPECT_DOUBLE_EQ(s.JaccardAt(4), 0.0);
   EXPECT_DOUBLE_EQ(s.JaccardAt(5), 0.0);
   EXPECT_TRUE(std::isnan(s.JaccardAt(6)));
+  // The pair matrix: every pair d apart has the curve's value; 1 on the diagonal, symmetric.
+  ASSERT_EQ(s.layers, 6);
+  EXPECT_DOUBLE_EQ(s.PairJaccard(3, 3), 1.0);
+  EXPECT_DOUBLE_EQ(s.PairJaccard(0, 1), 24.0 / 40.0);
+  EXPECT_DOUBLE_EQ(s.PairJaccard(4, 3), 24.0 / 40.0);
+  EXPECT_DOUBLE_EQ(s.PairJaccard(1, 4), 8.0 / 56.0);
+  EXPECT_DOUBLE_EQ(s.PairJaccard(5, 0), 0.0);
   EXPECT_NEAR(s.random_jaccard, (32.0 * 32 / 128) / (64 - 32.0 * 32 / 128), 1e-12);
 }
 
@@ -122,6 +129,15 @@ TEST(StructureStats, CrossQueryAndPackingOfDisjointRequests) {
   EXPECT_DOUBLE_EQ(s.chunks_own[0], 2.0);
   EXPECT_DOUBLE_EQ(s.HistorySaving(0), 0.25);
   EXPECT_DOUBLE_EQ(s.OwnSaving(0), 0.75);
+  // Focus: A's count minus B's is +4 at t % 4 == 0, -4 at t % 4 == 2, 0 elsewhere (mean 0,
+  // variance 8); shifted by 1 it never meets itself (0), by a multiple of 4 it is itself (1);
+  // no request is longer than 256 tokens (NaN).
+  ASSERT_EQ(s.focus_lags, (std::vector<int>{1, 4, 16, 64, 256}));
+  EXPECT_DOUBLE_EQ(s.focus_autocorr[0], 0.0);
+  EXPECT_DOUBLE_EQ(s.focus_autocorr[1], 1.0);
+  EXPECT_DOUBLE_EQ(s.focus_autocorr[2], 1.0);
+  EXPECT_DOUBLE_EQ(s.focus_autocorr[3], 1.0);
+  EXPECT_TRUE(std::isnan(s.focus_autocorr[4]));
 }
 
 TEST(StructureStats, ItfFallbackRateUsesSelectItfOnTheProbeHeads) {
