@@ -398,36 +398,41 @@ int RunStats(const Args& args) {
 }
 
 int RunFit(const Args& args) {
-  std::string trace, out, model = "v2";
+  std::string trace, out, model = "v3";
   double retention = -1;
   TraceStatsOptions opt;
-  FitV2Options v2;
+  ModelFitOptions v2;
   std::string chunks = "16,32,64,128,256";
   Options o;
   o.Add<std::string>(nullptr, "trace", &trace, "trace with importance");
   o.Add<std::string>(nullptr, "out,o", &out, "write the INI here (default stdout)");
-  o.Add<std::string>(nullptr, "model", &model, "v2: fit every parameter of importance model v2 (default); v1: version 1's calibration targets");
-  o.Add<double>(nullptr, "retention", &retention, "retention the fit measures at (v2: 0.25; v1: 0.4)");
+  o.Add<std::string>(nullptr, "model", &model, "v3: fit every parameter of importance model v3 (default); v2: of model v2; v1: version 1's calibration targets");
+  o.Add<double>(nullptr, "retention", &retention, "retention the fit measures at (v3, v2: 0.25; v1: 0.4)");
   o.Add<std::int64_t>(nullptr, "importance-requests", &opt.importance_requests, "requests sampled (64)");
-  o.Add<int>(nullptr, "rounds", &v2.rounds, "v2: rounds of coordinate-wise bisection (3)");
-  o.Add<std::uint64_t>(nullptr, "seed", &v2.seed, "v2: seed of the fitted model (1)");
+  o.Add<int>(nullptr, "rounds", &v2.rounds, "v2, v3: rounds of the fit (3)");
+  o.Add<std::uint64_t>(nullptr, "seed", &v2.seed, "v2, v3: seed of the fitted model (1)");
+  o.Add<int>(nullptr, "factors", &v2.factors, "v3: fields shared across layers (4)");
   AddStructureOptions(&o, &v2.structure, &chunks);
   o.positional.add("trace", 1);
-  if (!Parse(&o, args, "trace fit", "usage: kvtier trace fit T [--model v2|v1] [--out fit.ini]",
-             false)) {
+  if (!Parse(&o, args, "trace fit",
+             "usage: kvtier trace fit T [--model v3|v2|v1] [--out fit.ini]", false)) {
     return 0;
   }
   if (trace.empty()) throw InputError("a trace file is required");
-  if (model != "v1" && model != "v2") throw InputError("--model: expected v1 or v2, got '" + model + "'");
-  if (retention < 0) retention = model == "v2" ? 0.25 : 0.4;
+  if (model != "v1" && model != "v2" && model != "v3") {
+    throw InputError("--model: expected v1, v2 or v3, got '" + model + "'");
+  }
+  if (retention < 0) retention = model == "v1" ? 0.4 : 0.25;
   if (!(retention > 0 && retention <= 1)) throw InputError("--retention: must be in (0, 1]");
   CheckStructureOptions(&v2.structure, chunks);
   if (v2.rounds < 1 || v2.rounds > 20) throw InputError("--rounds: must be in [1, 20]");
+  if (v2.factors < 1 || v2.factors > 16) throw InputError("--factors: must be in [1, 16]");
   std::string ini;
-  if (model == "v2") {
+  if (model != "v1") {
     v2.retention = retention;
     v2.requests = opt.importance_requests;
-    ini = FormatFitV2Ini(FitImportanceV2(trace, v2), trace);
+    ini = FormatModelFitIni(model == "v3" ? FitImportanceV3(trace, v2) : FitImportanceV2(trace, v2),
+                            trace);
   } else {
     ini = FormatFitIni(FitImportance(trace, retention, opt));
   }
@@ -481,7 +486,7 @@ void PrintTraceUsage(std::FILE* f) {
                "  import-mooncake  convert a Mooncake FAST'25 JSON-lines trace\n"
                "  stats            lengths, ideal reuse ratio, head/layer similarity, SPI recall,\n"
                "                   layer/query/position structure, packing savings, ITF fallback\n"
-               "  fit              fit importance model v2 (--model v1: v1's targets) to a trace\n"
+               "  fit              fit importance model v3 (--model v2, v1: older versions) to a trace\n"
                "  info             header and first records; validates the whole file\n");
 }
 

@@ -22,6 +22,9 @@ constexpr std::uint64_t kTagPersistQuery = 0x56;
 constexpr std::uint64_t kTagHeadSpread = 0x58;
 constexpr std::uint64_t kTagSlowStatic = 0x59;
 constexpr std::uint64_t kTagSlowQuery = 0x5A;
+constexpr std::uint64_t kTagFactorStatic = 0x5B;
+constexpr std::uint64_t kTagFactorQuery = 0x5C;
+constexpr std::uint64_t kTagFocus = 0x5D;
 
 // Two 16-bit halves summed: triangular on [-1, 1] (variance 1/6), scaled to unit variance.
 // Closer to Gaussian than one uniform, so mixtures of components keep nearly the same shape
@@ -84,6 +87,63 @@ __attribute__((optimize("O3"))) void HeadRow(const std::uint32_t* keys, const fl
   }
 }
 
+// Version 3's shared field k: out[t] += cs * U(key ^ ss) (+ cq * U(sq + t*G) when cq != 0).
+__attribute__((optimize("O3"))) void FactorAdd(const std::uint32_t* keys, std::int64_t n,
+                                               std::uint32_t ss, std::uint32_t sq, float cs,
+                                               float cq, float* out) {
+  if (cq == 0.0f) {
+    for (std::int64_t t = 0; t < n; ++t) out[t] += cs * Unit(hash::Hash32(keys[t] ^ ss));
+    return;
+  }
+  for (std::int64_t t = 0; t < n; ++t) {
+    const std::uint32_t g = static_cast<std::uint32_t>(t) * 0x9E3779B9u;
+    out[t] += cs * Unit(hash::Hash32(keys[t] ^ ss)) + cq * Unit(hash::Hash32(sq + g));
+  }
+}
+
+// Version 3's focus: y[t] <- sqrt(1-phi) y[t] + sqrt(phi) Q[t], Q unit-variance noise at the
+// knots 0, M, 2M, ... (keyed by the salt and the knot), linear in between, rescaled to unit
+// variance. Positions, not tokens: two requests of one prefix with different queries differ.
+void AddFocus(float* y, std::int64_t n, int m, double phi, std::uint32_t salt) {
+  const float a = float(std::sqrt(1 - phi)), b = float(std::sqrt(phi));
+  const auto knot = [&](std::int64_t j) {
+    return Unit(hash::Hash32(salt + static_cast<std::uint32_t>(j) * 0x9E3779B9u));
+  };
+  std::int64_t j = -1;
+  float k0 = 0, k1 = 0;
+  for (std::int64_t t = 0; t < n; ++t) {
+    if (t / m != j) {
+      j = t / m;
+      k0 = knot(j);
+      k1 = knot(j + 1);
+    }
+    const float f = float(t - j * m) / float(m);
+    const float v = ((1 - f) * k0 + f * k1) / std::sqrt((1 - f) * (1 - f) + f * f);
+    y[t] = a * y[t] + b * v;
+  }
+}
+
+// Recency by distance from the end of the prefix (versions 2 and 3): shared[t] += R(last - t).
+void AddRecency(const std::vector<double>& recency, std::int64_t prefix_tokens, std::int64_t n,
+                float* shared) {
+  if (recency.empty()) return;
+  const std::int64_t last = std::max<std::int64_t>(prefix_tokens, n) - 1;
+  const std::size_t m = recency.size();
+  // Only distances below 4^(m-1) vary; beyond, the last value applies to every token.
+  for (std::int64_t t = 0; t < n; ++t) {
+    const double x = std::log2(1.0 + double(last - t)) / 2;  // log4(1 + distance)
+    double b;
+    if (x >= double(m - 1)) {
+      b = recency[m - 1];
+    } else {
+      const std::size_t i = static_cast<std::size_t>(x);
+      const double f = x - double(i);
+      b = recency[i] * (1 - f) + recency[i + 1] * f;
+    }
+    shared[t] += float(b);
+  }
+}
+
 // Version 2's smoothing along positions: y[t] <- sqrt(1-nu) y[t] + sqrt(nu) Y[t], where Y is
 // y at the knots 0, m, 2m, ... linear in between, rescaled to y's variance. Knots past the
 // field given reuse its last value. REQUIRES: y holds the field up to the knot after n - 1.
@@ -115,7 +175,7 @@ void ProceduralParams::Validate(const std::string& where) const {
   if (sink_tokens < 0 || sink_tokens > 1 << 20) bad("sink_tokens: must be in [0, 2^20]");
   if (!(sink_boost >= 0 && sink_boost <= 60)) bad("sink_boost: must be in [0, 60]");
   if (!(tail > 0 && tail <= 20)) bad("tail: must be in (0, 20]");
-  if (model != 1 && model != 2) bad("model: must be v1 or v2");
+  if (model < 1 || model > 3) bad("model: must be v1, v2 or v3");
   if (!(persistent >= 0 && persistent <= 1)) bad("persistent: must be in [0, 1]");
   if (!(persistent_query >= 0 && persistent_query <= 1)) bad("persistent_query: must be in [0, 1]");
   if (!(head_spread >= 0 && head_spread <= 10)) bad("head_spread: must be in [0, 10]");
@@ -128,6 +188,47 @@ void ProceduralParams::Validate(const std::string& where) const {
   for (double b : recency) {
     if (!(b >= -20 && b <= 20)) bad("recency: values must be in [-20, 20]");
   }
+  if (factors < 0 || factors > 64) bad("factors: must be in [0, 64]");
+  if (factors == 0 && !loadings.empty()) bad("loadings: given without factors");
+  if (factors > 0) {
+    const std::size_t k = std::size_t(factors);
+    if (loadings.empty() || loadings.size() % k != 0 || loadings.size() / k > 4096) {
+      bad("loadings: expected 1 to 4096 rows of factors = " + std::to_string(factors) +
+          " values (" + std::to_string(loadings.size()) + " given)");
+    }
+    for (std::size_t i = 0; i < loadings.size(); i += k) {
+      double norm = 0;
+      for (std::size_t j = 0; j < k; ++j) {
+        if (!(std::abs(loadings[i + j]) <= 1)) bad("loadings: values must be in [-1, 1]");
+        norm += loadings[i + j] * loadings[i + j];
+      }
+      if (norm > 1 + 1e-6) {
+        bad("loadings: row " + std::to_string(i / k) + " has squared norm " +
+            std::to_string(norm) + " > 1");
+      }
+    }
+  }
+  if (!(focus >= 0 && focus < 1)) bad("focus: must be in [0, 1)");
+  if (focus_tokens < 1 || focus_tokens > 1 << 16) bad("focus_tokens: must be in [1, 65536]");
+}
+
+double ChainCorrelation(double layer_corr, int l, int l2) {
+  if (l == l2) return 1;
+  const double phi = std::acos(std::clamp(layer_corr, 0.0, 1.0));
+  if (phi <= 0) return 1;
+  const double quarter = std::numbers::pi / 2;
+  auto at = [&](int layer, std::uint64_t* anchor) {
+    const double angle = double(layer) * phi;
+    *anchor = static_cast<std::uint64_t>(std::floor(angle / quarter));
+    double a = angle - double(*anchor) * quarter;
+    if (a >= quarter) a = quarter - 1e-12;  // as Scores
+    return a;
+  };
+  std::uint64_t i = 0, i2 = 0;
+  double a = at(std::min(l, l2), &i), a2 = at(std::max(l, l2), &i2);
+  if (i == i2) return std::cos(a - a2);
+  if (i2 == i + 1) return std::sin(a) * std::cos(a2);
+  return 0;
 }
 
 std::string ProceduralParams::ToString() const {
@@ -137,14 +238,26 @@ std::string ProceduralParams::ToString() const {
   for (std::size_t i = 0; i < head_corr.size(); ++i) s << (i ? "," : "") << head_corr[i];
   s << " layer_corr=" << layer_corr << " query_dependence=" << query_dependence
     << " sink_tokens=" << sink_tokens << " sink_boost=" << sink_boost << " tail=" << tail;
+  auto recency_list = [&] {
+    s << " recency=";
+    for (std::size_t i = 0; i < recency.size(); ++i) s << (i ? "," : "") << recency[i];
+    if (recency.empty()) s << "none";
+  };
   if (model == 2) {
     s << " model=v2 persistent=" << persistent << " persistent_corr=" << persistent_corr
       << " persistent_query=" << persistent_query
       << " slow=" << slow << " slow_corr=" << slow_corr << " smooth=" << smooth
       << " smooth_tokens=" << smooth_tokens
-      << " head_spread=" << head_spread << " recency=";
-    for (std::size_t i = 0; i < recency.size(); ++i) s << (i ? "," : "") << recency[i];
-    if (recency.empty()) s << "none";
+      << " head_spread=" << head_spread;
+    recency_list();
+  } else if (model == 3) {
+    s << " model=v3 persistent_query=" << persistent_query << " smooth=" << smooth
+      << " smooth_tokens=" << smooth_tokens << " head_spread=" << head_spread;
+    recency_list();
+    s << " focus=" << focus << " focus_tokens=" << focus_tokens << " factors=" << factors
+      << " loadings=";
+    for (std::size_t i = 0; i < loadings.size(); ++i) s << (i ? "," : "") << loadings[i];
+    if (loadings.empty()) s << "none";
   }
   return s.str();
 }
@@ -189,6 +302,27 @@ ImportanceModel::ImportanceModel(const ProceduralParams& params, int layers, int
     const double f = x - double(i);
     w_[l] = p[i] * (1 - f) + p[i + 1] * f;
   }
+  if (params_.model == 3 && params_.factors > 0) {
+    // Loadings by relative depth, rows interpolated linearly (a convex combination of rows of
+    // norm <= 1 keeps norm <= 1).
+    const std::size_t k = std::size_t(params_.factors);
+    const std::size_t rows = params_.loadings.size() / k;
+    b_.assign(std::size_t(layers) * k, 0.0);
+    for (int l = 0; l < layers; ++l) {
+      std::size_t i = 0;
+      double f = 0;
+      if (rows > 1 && layers > 1) {
+        const double x = double(l) / double(layers - 1) * double(rows - 1);
+        i = std::min<std::size_t>(static_cast<std::size_t>(x), rows - 2);
+        f = x - double(i);
+      }
+      for (std::size_t j = 0; j < k; ++j) {
+        const double a = params_.loadings[i * k + j];
+        const double b = rows > 1 ? params_.loadings[(i + 1) * k + j] : a;
+        b_[std::size_t(l) * k + j] = a * (1 - f) + b * f;
+      }
+    }
+  }
   phi_ = std::acos(std::clamp(params_.layer_corr, 0.0, 1.0));
   phi_slow_ = std::acos(std::clamp(params_.slow_corr, 0.0, 1.0));
   phi_persist_ = std::acos(std::clamp(params_.persistent_corr, 0.0, 1.0));
@@ -202,6 +336,11 @@ void ImportanceModel::Scores(std::span<const std::uint32_t> token_keys, std::uin
   if (n <= 0) return;
   if (params_.model == 2) {
     ScoresV2(token_keys, query_key, layer, heads, n, out,
+             prefix_tokens >= 0 ? prefix_tokens : std::int64_t(token_keys.size()));
+    return;
+  }
+  if (params_.model == 3) {
+    ScoresV3(token_keys, query_key, layer, heads, n, out,
              prefix_tokens >= 0 ? prefix_tokens : std::int64_t(token_keys.size()));
     return;
   }
@@ -294,24 +433,79 @@ void ImportanceModel::ScoresV2(std::span<const std::uint32_t> token_keys,
     chain(phi_persist_, pi, p.persistent_query, kTagPersistStatic, kTagPersistQuery, false);
   }
   if (p.smooth > 0) SmoothField(&shared, n, p.smooth_tokens, p.smooth);
-  // Recency by distance from the end of the prefix.
-  if (!p.recency.empty()) {
-    const std::int64_t last = std::max<std::int64_t>(prefix_tokens, n) - 1;
-    const std::size_t m = p.recency.size();
-    // Only distances below 4^(m-1) vary; beyond, the last value applies to every token.
-    for (std::int64_t t = 0; t < n; ++t) {
-      const double x = std::log2(1.0 + double(last - t)) / 2;  // log4(1 + distance)
-      double b;
-      if (x >= double(m - 1)) {
-        b = p.recency[m - 1];
-      } else {
-        const std::size_t i = static_cast<std::size_t>(x);
-        const double f = x - double(i);
-        b = p.recency[i] * (1 - f) + p.recency[i + 1] * f;
-      }
-      shared[t] += float(b);
+  AddRecency(p.recency, prefix_tokens, n, shared.data());
+  const double tail = p.tail;
+  const float scale = float(tail * std::sqrt(w));
+  for (std::int64_t t = 0; t < n; ++t) shared[t] *= scale;
+  const double es = tail * std::sqrt((1 - w) * (1 - g)), eq = tail * std::sqrt((1 - w) * g);
+  const float boost = std::exp2(static_cast<float>(p.sink_boost));
+  const std::int64_t sinks = std::min<std::int64_t>(p.sink_tokens, n);
+  for (std::size_t j = 0; j < heads.size(); ++j) {
+    KVTIER_DCHECK(heads[j] >= 0 && heads[j] < kv_heads_, "head out of range");
+    const auto h = static_cast<std::uint64_t>(heads[j]);
+    float* row = out + j * n;
+    HeadRow(token_keys.data(), shared.data(), n, Salt(seed, kTagStaticHead, layer, h),
+            Salt(seed ^ query_key, kTagQueryHead, layer, h), float(es), float(eq), row);
+    for (std::int64_t t = 0; t < sinks; ++t) row[t] *= boost;
+  }
+}
+
+void ImportanceModel::ScoresV3(std::span<const std::uint32_t> token_keys,
+                               std::uint64_t query_key, int layer, std::span<const int> heads,
+                               std::int64_t n, float* out, std::int64_t prefix_tokens) const {
+  const ProceduralParams& p = params_;
+  thread_local std::vector<float> shared;
+  // With smoothing, the field is needed up to the knot after the last token (or the prefix end).
+  const std::int64_t m = p.smooth_tokens;
+  const std::int64_t field_n =
+      p.smooth > 0
+          ? std::max<std::int64_t>(n, std::min<std::int64_t>(std::int64_t(token_keys.size()),
+                                                             ((n - 1) / m + 1) * m + 1))
+          : n;
+  shared.resize(static_cast<std::size_t>(field_n));
+  const std::uint64_t seed = p.seed;
+  double w = w_[layer];
+  if (p.head_spread > 0) {
+    const double u = Unit(Salt(seed, kTagHeadSpread, std::uint64_t(layer), query_key));
+    const double wc = std::clamp(w, 1e-4, 1 - 1e-4);
+    w = 1.0 / (1.0 + std::exp(-(std::log(wc / (1 - wc)) + p.head_spread * u)));
+  }
+  // The residual chain, as version 1's (anchors every pi/2 of rotation), with the share of the
+  // field the K shared fields leave to this layer.
+  const std::span<const double> b = loadings(layer);
+  double common = 0;
+  for (double v : b) common += v * v;
+  const double g = p.query_dependence, r = std::max(0.0, 1 - common);
+  {
+    const double angle = double(layer) * phi_;
+    const double quarter = std::numbers::pi / 2;
+    const std::uint64_t anchor =
+        phi_ > 0 ? static_cast<std::uint64_t>(std::floor(angle / quarter)) : 0;
+    double a = angle - double(anchor) * quarter;
+    if (a >= quarter) a = quarter - 1e-12;
+    const double cs = std::sqrt(r * (1 - g)), cq = std::sqrt(r * g);
+    AnchorMixStatic(token_keys.data(), field_n, Salt(seed, kTagStaticAnchor, anchor, 0),
+                    Salt(seed, kTagStaticAnchor, anchor + 1, 0), float(cs * std::cos(a)),
+                    float(cs * std::sin(a)), shared.data());
+    if (cq > 0) {
+      AnchorMixQuery(field_n, Salt(seed, kTagQueryAnchor, anchor, query_key),
+                     Salt(seed, kTagQueryAnchor, anchor + 1, query_key), float(cq * std::cos(a)),
+                     float(cq * std::sin(a)), shared.data());
     }
   }
+  // The K fields shared across layers, with this layer's loadings.
+  const double gs = std::sqrt(1 - p.persistent_query), gq = std::sqrt(p.persistent_query);
+  for (std::size_t k = 0; k < b.size(); ++k) {
+    if (b[k] == 0) continue;
+    FactorAdd(token_keys.data(), field_n, Salt(seed, kTagFactorStatic, k, 0),
+              Salt(seed, kTagFactorQuery, k, query_key), float(b[k] * gs), float(b[k] * gq),
+              shared.data());
+  }
+  if (p.smooth > 0) SmoothField(&shared, n, p.smooth_tokens, p.smooth);
+  if (p.focus > 0) {
+    AddFocus(shared.data(), n, p.focus_tokens, p.focus, Salt(seed, kTagFocus, 0, query_key));
+  }
+  AddRecency(p.recency, prefix_tokens, n, shared.data());
   const double tail = p.tail;
   const float scale = float(tail * std::sqrt(w));
   for (std::int64_t t = 0; t < n; ++t) shared[t] *= scale;

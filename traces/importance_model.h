@@ -36,6 +36,22 @@
 // - w[l] varies per (request, layer): logit w = logit head_corr[l] + sigma_w u, u ~ unit
 //   noise keyed by (query, layer), so head agreement, and ITF's pass/fallback, varies;
 //   z = sqrt(w) y + sqrt(1-w) e  (e as in version 1), log2 score = tail z (+ sinks).
+//
+// Version 3 (`model=v3`) replaces version 2's persistent field and slow chain, which have one
+// shape for every layer, by a per-layer depth profile of K shared fields fitted from the
+// recording's own layer-pair Jaccard matrix, and adds region-level query focus:
+//   x[l,t] = sum_k B[l,k] F_k[t] + sqrt(r_l) c[l,t],   r_l = 1 - sum_k B[l,k]^2
+//   F_k[t] = sqrt(1-g_p) Fs_k[t](prefix token) + sqrt(g_p) Fq_k[t](query)
+//   y[l,t] = sqrt(1-nu) x[l,t] + sqrt(nu) X[l,t]                      (smoothing, as v2)
+//   y'[l,t] = sqrt(1-phi) y[l,t] + sqrt(phi) Q[t] + R(N-1-t)          (focus, recency)
+// - B (loadings, a depth profile of K values per row, read by relative depth like head_corr):
+//   layers l and l' share the fields F_k with correlation B_l . B_l' (plus the residual chain
+//   c's sqrt(r_l r_l') ChainCorrelation(rho, l, l')). Blocks of layers that keep the same tokens, a first layer
+//   that keeps others, layers far apart that agree: any layer-pair structure of rank K;
+// - Q (focus, focus_tokens M): one field per query, piecewise linear between knots every M
+//   positions, in every layer: a query attends more to some regions of the prefix (the
+//   document it asks about) than other queries of the same prefix do;
+// - c, e, w (head_corr, head_spread), sinks, tail and recency as version 2.
 // The prefix part is keyed by the prefix token's identity (a chain hash of the prefix symbols up
 // to it), so requests sharing a prefix share exactly that part, as a cache would share the KV.
 // Thread-compatible; Scores() is const and may run concurrently.
@@ -51,7 +67,7 @@ namespace kvtier {
 
 struct ProceduralParams {
   // Model version: 1 (the formula above; every trace and `workload.importance` string written
-  // before versions existed) or 2 (model=v2: the structure of ImportanceModel v2 below).
+  // before versions existed), 2 (model=v2) or 3 (model=v3).
   int model = 1;
   std::uint64_t seed = 1;
   // Correlation of two heads' log-scores per layer, as a depth profile: entry i stands for
@@ -75,12 +91,18 @@ struct ProceduralParams {
   // end of the prefix (0, 3, 15, 63, 255, ...), linear in log4(1 + distance) in between,
   // the last value beyond. Empty: none.
   std::vector<double> recency;
+  // Version 3 only (version 2's keys persistent, persistent_corr, slow and slow_corr are not
+  // used; persistent_query is the query share g_p of the fields F_k).
+  int factors = 0;                // K: fields shared across layers
+  std::vector<double> loadings;   // B: rows of K values, row i at relative depth i/(rows-1)
+  double focus = 0;               // phi: share of the field held by the query's focus Q
+  int focus_tokens = 256;         // M: knot spacing of Q, tokens
 
   // Throws InputError naming the offending parameter (`where` prefixes the message).
   void Validate(const std::string& where) const;
   // "seed=1 head_corr=0.8,0.6 layer_corr=0.9 ..." (one line, the INI keys of FORMAT.md).
-  // Version 1 prints exactly the keys it always printed; version 2 appends "model=v2" and its
-  // parameters.
+  // Version 1 prints exactly the keys it always printed; versions 2 and 3 append
+  // "model=v2" / "model=v3" and their parameters.
   std::string ToString() const;
   // Parses the ToString() form ("seed=1 head_corr=0.8,0.6 layer_corr=0.9 ..."; missing keys
   // keep their defaults), as experiments name an importance model in `workload.importance`.
@@ -97,6 +119,12 @@ void PrefixTokenKeys(const Request& request, std::vector<std::uint32_t>* keys,
 // Default query key of a request (used when a trace record gives none).
 std::uint64_t DefaultQueryKey(std::uint64_t seed, RequestId id);
 
+// Correlation of the layer chain's fields of layers l and l2 (every version: layer l's field is
+// cos(a) A_i + sin(a) A_{i+1} for anchors A every pi/2 of rotation, l acos(layer_corr) = i pi/2
+// + a): cos(a - a2) in one anchor interval, sin(a) cos(a2) in adjacent ones, 0 beyond. What
+// version 3's fit factors the layer correlation with.
+double ChainCorrelation(double layer_corr, int l, int l2);
+
 class ImportanceModel {
  public:
   // `layers` and `kv_heads` are the replayed model's; the head_corr profile is read by
@@ -108,6 +136,11 @@ class ImportanceModel {
   int layers() const { return layers_; }
   int kv_heads() const { return kv_heads_; }
   double head_corr(int layer) const { return w_[layer]; }
+  // Version 3: layer l's loadings on the K shared fields (K values), read by relative depth.
+  std::span<const double> loadings(int layer) const {
+    return std::span<const double>(b_).subspan(std::size_t(layer) * params_.factors,
+                                               std::size_t(params_.factors));
+  }
 
   // Fills out[j * n + t] for j < heads.size(), t < n with the scores of tokens 0..n-1.
   // `prefix_tokens` (version 2's recency): the request's whole prefix length, of which the n
@@ -125,7 +158,12 @@ class ImportanceModel {
                 std::span<const int> heads, std::int64_t n, float* out,
                 std::int64_t prefix_tokens) const;
 
+  void ScoresV3(std::span<const std::uint32_t> token_keys, std::uint64_t query_key, int layer,
+                std::span<const int> heads, std::int64_t n, float* out,
+                std::int64_t prefix_tokens) const;
+
   std::vector<double> w_;  // head_corr per layer
+  std::vector<double> b_;  // version 3: loadings per layer, layers x factors
   double phi_;             // rotation per layer (acos rho)
   double phi_slow_;        // version 2's slow chain (acos rho_s)
   double phi_persist_;     // version 2's persistent field (acos rho_p; 0: constant)

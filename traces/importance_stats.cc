@@ -345,7 +345,9 @@ StructureStats ImportanceAccumulator::StructureResult() const {
   }
   s.itf_similarity_by_layer.assign(layers_, nan);
   for (int l = 0; l < layers_; ++l) {
-    if (s_head_j_n_[l] > 0) s.itf_similarity_by_layer[l] = s_head_j_sum_[l] / double(s_head_j_n_[l]);
+    if (s_head_j_n_[l] > 0) {
+      s.itf_similarity_by_layer[l] = s_head_j_sum_[l] / double(s_head_j_n_[l]);
+    }
   }
   s.itf_similarity_mean = sim_n ? sim / double(sim_n) : nan;
   s.itf_similarity_within_var = within_n ? within / double(within_n) : nan;

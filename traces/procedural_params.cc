@@ -39,8 +39,10 @@ ProceduralParams ProceduralParams::Parse(const std::string& text, const std::str
           p.model = 1;
         } else if (value == "v2" || value == "2") {
           p.model = 2;
+        } else if (value == "v3" || value == "3") {
+          p.model = 3;
         } else {
-          throw ConfigError(where + ": model: expected v1 or v2, got '" + value + "'");
+          throw ConfigError(where + ": model: expected v1, v2 or v3, got '" + value + "'");
         }
       } else if (key == "persistent") {
         p.persistent = std::stod(value);
@@ -64,25 +66,48 @@ ProceduralParams ProceduralParams::Parse(const std::string& text, const std::str
           std::istringstream vs(value);
           for (std::string v; std::getline(vs, v, ',');) p.recency.push_back(std::stod(v));
         }
+      } else if (key == "factors") {
+        p.factors = std::stoi(value);
+      } else if (key == "loadings") {
+        p.loadings.clear();
+        if (value != "none") {
+          std::istringstream vs(value);
+          for (std::string v; std::getline(vs, v, ',');) p.loadings.push_back(std::stod(v));
+        }
+      } else if (key == "focus") {
+        p.focus = std::stod(value);
+      } else if (key == "focus_tokens") {
+        p.focus_tokens = std::stoi(value);
       } else {
         throw ConfigError(where + ": unknown importance parameter '" + key +
                           "' (model, seed, head_corr, layer_corr, query_dependence, sink_tokens, "
-                          "sink_boost, tail; model=v2 also persistent, persistent_corr, persistent_query, slow, slow_corr, smooth, "
-                          "smooth_tokens, head_spread, recency)");
+                          "sink_boost, tail; model=v2 and v3 also persistent_query, smooth, "
+                          "smooth_tokens, head_spread, recency; model=v2 also persistent, "
+                          "persistent_corr, slow, slow_corr; model=v3 also factors, loadings, "
+                          "focus, focus_tokens)");
       }
     } catch (const std::logic_error&) {  // stod/stoi: invalid_argument, out_of_range
       throw ConfigError(where + ": cannot parse '" + item + "'");
     }
   }
   p.Validate(where);
-  const ProceduralParams defaults;
-  if (p.model == 1 && (p.persistent != defaults.persistent ||
-                       p.persistent_query != defaults.persistent_query ||
-                       p.slow != defaults.slow || p.persistent_corr != defaults.persistent_corr || p.slow_corr != defaults.slow_corr ||
-                       p.smooth != defaults.smooth || p.smooth_tokens != defaults.smooth_tokens ||
-                       p.head_spread != defaults.head_spread || !p.recency.empty())) {
-    throw ConfigError(where + ": persistent, persistent_corr, persistent_query, slow, slow_corr, smooth, "
-                      "smooth_tokens, head_spread and recency need model=v2");
+  const ProceduralParams d;
+  const bool v2_only = p.persistent != d.persistent || p.slow != d.slow ||
+                       p.persistent_corr != d.persistent_corr || p.slow_corr != d.slow_corr;
+  const bool v2_v3 = p.persistent_query != d.persistent_query || p.smooth != d.smooth ||
+                     p.smooth_tokens != d.smooth_tokens || p.head_spread != d.head_spread ||
+                     !p.recency.empty();
+  const bool v3_only = p.factors != d.factors || !p.loadings.empty() || p.focus != d.focus ||
+                       p.focus_tokens != d.focus_tokens;
+  if (p.model != 2 && v2_only) {
+    throw ConfigError(where + ": persistent, persistent_corr, slow and slow_corr need model=v2");
+  }
+  if (p.model == 1 && v2_v3) {
+    throw ConfigError(where + ": persistent_query, smooth, smooth_tokens, head_spread and "
+                      "recency need model=v2 or model=v3");
+  }
+  if (p.model != 3 && v3_only) {
+    throw ConfigError(where + ": factors, loadings, focus and focus_tokens need model=v3");
   }
   return p;
 }

@@ -49,12 +49,17 @@ void EncodeProcedural(const ProceduralParams& p, wire::ByteWriter* w) {
   w->F64(p.tail);
   // Version 2 appends `var model | var n | f64 field[n]` inside the length-prefixed block; a
   // version-1 block ends after `tail` (and is byte-identical to what older kvtier wrote).
+  // Version 3 writes version 2's fields and then focus, focus_tokens, factors, loadings.
   if (p.model != 1) {
     std::vector<double> fields = {p.persistent, p.persistent_query, p.smooth,
                                   double(p.smooth_tokens), p.head_spread,
                                   p.slow, p.slow_corr, p.persistent_corr,
                                   double(p.recency.size())};
     fields.insert(fields.end(), p.recency.begin(), p.recency.end());
+    if (p.model == 3) {
+      fields.insert(fields.end(), {p.focus, double(p.focus_tokens), double(p.factors)});
+      fields.insert(fields.end(), p.loadings.begin(), p.loadings.end());
+    }
     w->Var(static_cast<std::uint64_t>(p.model));
     w->Var(fields.size());
     for (double v : fields) w->F64(v);
@@ -76,7 +81,7 @@ bool DecodeProcedural(wire::ByteReader* r, ProceduralParams* p) {
   r->F64(&p->tail);
   if (r->ok() && r->remaining() > 0) {  // version >= 2; fields beyond the known ones skipped
     std::uint64_t model = 0, n = 0;
-    if (!r->Var(&model) || model < 2 || model > 2 || !r->Var(&n) || n > 64 ||
+    if (!r->Var(&model) || model < 2 || model > 3 || !r->Var(&n) || n > (1u << 20) ||
         n * 8 > r->remaining()) {
       return false;
     }
@@ -96,6 +101,17 @@ bool DecodeProcedural(wire::ByteReader* r, ProceduralParams* p) {
     const double m = f[8];
     if (!(m >= 0 && m <= 16 && m == std::floor(m)) || 9 + std::size_t(m) > n) return false;
     p->recency.assign(f.begin() + 9, f.begin() + 9 + std::ptrdiff_t(m));
+    if (model == 3) {
+      const std::size_t at = 9 + std::size_t(m);
+      if (at + 3 > n) return false;
+      p->focus = f[at];
+      const double ft = f[at + 1], k = f[at + 2];
+      if (!(ft >= 1 && ft <= 65536 && ft == std::floor(ft))) return false;
+      if (!(k >= 0 && k <= 64 && k == std::floor(k))) return false;
+      p->focus_tokens = static_cast<int>(ft);
+      p->factors = static_cast<int>(k);
+      p->loadings.assign(f.begin() + std::ptrdiff_t(at + 3), f.end());
+    }
   }
   return r->ok();
 }
