@@ -191,8 +191,9 @@ TEST_F(ResultsDbTest, EveryViewExcludesIncompleteRuns) {
                "INSERT INTO transfers VALUES (" + id + ", " + std::to_string(q) +
                ", 0, 'ssd', 'cpu', 'ssd_read', 'demand', 100, 1, 0, 0, 0.1, 'ok');";
       }
-      sql += "INSERT INTO accuracy VALUES (" + id + ", 'copa', 'itf', 0.6, 0.5, 4, 3, 0.75, 1, "
-             "0.5, 0);";
+      sql += "INSERT INTO accuracy (run_id, task, selector, alpha, retention, items, correct, "
+             "accuracy, first_token_agreement, mean_kept_fraction, itf_fallback_rate) VALUES (" +
+             id + ", 'copa', 'itf', 0.6, 0.5, 4, 3, 0.75, 1, 0.5, 0);";
     }
   }
   RawSql(p, sql);

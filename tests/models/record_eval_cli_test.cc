@@ -81,7 +81,8 @@ TEST_F(RecordEvalCliTest, BadDecodeFlagsExitTwoBeforeAnyWork) {
 }
 
 // A results file whose accuracy table predates the decode selectors cannot take decode rows
-// (SQLite cannot change a CHECK): a clear error before the model is loaded.
+// (SQLite cannot change a CHECK): such a file has no schema version, so it is refused as an
+// older kvtier's file, a clear error before the model is loaded.
 TEST_F(RecordEvalCliTest, DecodeRowsNeedAFileWithTheDecodeSelectors) {
   const fs::path db = dir_ / "old.sqlite";
   sqlite3* h = nullptr;
@@ -97,7 +98,8 @@ TEST_F(RecordEvalCliTest, DecodeRowsNeedAFileWithTheDecodeSelectors) {
   sqlite3_close(h);
   const auto r = RunKvtier(dir_, "eval --tasks texts --model /nonexistent.gguf --out " + db.string());
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("created before the decode selectors"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("results database written by an older kvtier"), std::string::npos)
+      << r.err;
 }
 
 }  // namespace
