@@ -34,6 +34,7 @@ int RunModel(const Args& args);   // cli/cmd_model.cc
 int RunTrace(const Args& args);   // cli/cmd_trace.cc
 int RunSim(const Args& args);     // cli/cmd_sim.cc
 int RunSweep(const Args& args);   // cli/cmd_sweep.cc
+int RunMerge(const Args& args);   // cli/cmd_merge.cc
 int RunLm(const Args& args);      // cli/cmd_lm.cc
 int RunHw(const Args& args);        // cli/cmd_hw.cc
 int RunCalibrate(const Args& args); // cli/cmd_calibrate.cc

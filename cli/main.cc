@@ -17,6 +17,7 @@ const std::vector<Command>& AllCommands() {
       {"trace", "importance traces: gen, record, import-mooncake, stats, fit, info", RunTrace},
       {"sim", "simulate systems on a trace and hardware profile; compare TTFT", RunSim},
       {"sweep", "simulate a grid of configurations in parallel, resumable", RunSweep},
+      {"merge", "merge results files (a Slurm sweep's shards) into one under new run ids", RunMerge},
       {"lm", "the real small LM (GGUF): generate, perplexity, tokenize", RunLm},
       {"hw", "run systems on this machine's disk, memory and device; compare TTFT", RunHw},
       {"calibrate", "measure this machine and write a hardware profile for the simulator", RunCalibrate},
