@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "analysis/shards.h"
+#include "cli/command_line.h"
 #include "cli/commands.h"
 #include "core/errors.h"
 
@@ -35,31 +36,24 @@ int RunMerge(const Args& args) {
   po::positional_options_description positional;
   positional.add("shard", -1);
   po::variables_map vm;
-  try {
-    const int style = po::command_line_style::default_style &
-                      ~po::command_line_style::allow_guessing;
-    po::store(po::command_line_parser(args).options(all).positional(positional).style(style).run(),
-              vm);
-    if (vm.count("help")) {
-      std::ostringstream s;
-      s << desc;
-      std::printf(
-          "usage: kvtier merge SHARD... --out ALL.sqlite [--include-incomplete]\n\n"
-          "Copies the runs of the results files SHARD... (e.g. a Slurm sweep's DIR/shards/*.sqlite)\n"
-          "into ALL.sqlite under new run ids, with all their rows, one transaction per run. A\n"
-          "complete run of a point (configuration hash, trace hash, mode) that ALL.sqlite already\n"
-          "holds complete is skipped, so merging again, or after an interrupted merge, adds each\n"
-          "point once. Incomplete runs (killed, or failed: complete = 0) are listed and left out.\n"
-          "Shards must have the schema of this kvtier.\n\n%s\n"
-          "exit status: 0 merged; 2 bad input (a shard missing, not SQLite or of another schema,\n"
-          "an unusable --out), nothing written.\n",
-          s.str().c_str());
-      return 0;
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw InputError(std::string("command line: ") + e.what() + " (kvtier merge --help)");
+  StoreArgs("merge", args, all, desc, &vm, &positional);  // no option-name guessing
+  if (vm.count("help")) {
+    std::ostringstream s;
+    s << desc;
+    std::printf(
+        "usage: kvtier merge SHARD... --out ALL.sqlite [--include-incomplete]\n\n"
+        "Copies the runs of the results files SHARD... (e.g. a Slurm sweep's DIR/shards/*.sqlite)\n"
+        "into ALL.sqlite under new run ids, with all their rows, one transaction per run. A\n"
+        "complete run of a point (configuration hash, trace hash, mode) that ALL.sqlite already\n"
+        "holds complete is skipped, so merging again, or after an interrupted merge, adds each\n"
+        "point once. Incomplete runs (killed, or failed: complete = 0) are listed and left out.\n"
+        "Shards must have the schema of this kvtier.\n\n%s\n"
+        "exit status: 0 merged; 2 bad input (a shard missing, not SQLite or of another schema,\n"
+        "an unusable --out), nothing written.\n",
+        s.str().c_str());
+    return 0;
   }
+  NotifyArgs("merge", &vm);
   if (shards.empty()) throw InputError("command line: no shard to merge (kvtier merge --help)");
 
   std::size_t merged = 0, already = 0, left_out = 0;

@@ -111,8 +111,12 @@ ExperimentArgs::ExperimentArgs(const ExperimentCommand& command) : command_(comm
                       "include.system)"
                     : "each of these systems' configuration, comma-separated");
   if (command_.runs) {
-    common_.add_options()("out", po::value(&out_)->value_name("R.sqlite"),
-                          "results SQLite file, created or appended (required)")(
+    const std::string out_help =
+        command_.out_optional_with == nullptr
+            ? "results SQLite file, created or appended (required)"
+            : std::string("results SQLite file, created or appended (required unless --") +
+                  command_.out_optional_with + ")";
+    common_.add_options()("out", po::value(&out_)->value_name("R.sqlite"), out_help.c_str())(
         "jobs,j", po::value(&jobs_)->default_value(command_.default_jobs)->value_name("N"),
         command_.jobs_help);
   }
@@ -174,7 +178,9 @@ bool ExperimentArgs::Parse(const Args& args) {
   if (!config_optional && config_path_.empty()) {
     throw InputError("command line: --config X.ini is required (kvtier " + name + " --help)");
   }
-  if (command_.runs && out_.empty()) {
+  const bool out_optional =
+      command_.out_optional_with != nullptr && vm_.count(command_.out_optional_with) > 0;
+  if (command_.runs && out_.empty() && !out_optional) {
     throw InputError("command line: --out R.sqlite is required (kvtier " + name + " --help)");
   }
   if (command_.runs && jobs_ < 1) throw InputError("command line: --jobs must be >= 1");

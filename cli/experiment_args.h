@@ -56,6 +56,9 @@ struct ExperimentCommand {
   const char* max_jobs_why = "";  // why, when there is a limit (said in the error)
   // A flag of the command that makes --config optional (config's "keys"), or nullptr.
   const char* config_optional_with = nullptr;
+  // A flag of the command that makes --out optional (sweep's "slurm": the tasks write their own
+  // results files), or nullptr.
+  const char* out_optional_with = nullptr;
   // More usage lines for --help (config's "kvtier config --keys [--markdown]"), or "".
   const char* more_usage = "";
 };

@@ -145,7 +145,7 @@ TEST_F(CliArgsTest, NoOtherCommandGuessesAnOptionEither) {
   for (const std::string args :
        {"eval --ou x.sqlite", "trace gen --req 3 -o t.kvt", "trace record --ou t.kvt",
         "trace stats --js t.kvt", "model opt-13b --hard a100-pcie4-nvme", "calibrate --o x.ini",
-        "lm generate --prom hi", "report r.sqlite --ou d"}) {
+        "lm generate --prom hi", "report r.sqlite --ou d", "merge a.sqlite --ou b.sqlite"}) {
     Result r = Run(args);
     EXPECT_EQ(r.code, 2) << args << ": " << r.err;
     EXPECT_NE(r.err.find("command line: unrecognised option '--"), std::string::npos)

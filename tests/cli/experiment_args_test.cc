@@ -151,6 +151,16 @@ TEST(ExperimentArgsTest, RequiredFlagsAndJobLimitsAreErrorsNamingTheFlag) {
                   "unknown option '--out'"));
   EXPECT_TRUE(
       Has(ErrorOf([&] { ExperimentArgs(config).Parse({}); }), "--config X.ini is required"));
+  // sweep --slurm DIR writes shards of its own: --out is optional with it, required without.
+  ExperimentCommand sweep{.name = "sweep", .out_optional_with = "slurm"};
+  auto with_slurm = [&](const Args& args) {
+    ExperimentArgs s(sweep);
+    s.AddOptions()("slurm", po::value<std::string>(), "job directory");
+    return s.Parse(args);
+  };
+  EXPECT_TRUE(with_slurm({"--config", "x", "--slurm", "job"}));
+  EXPECT_TRUE(Has(ErrorOf([&] { with_slurm({"--config", "x"}); }),
+                  "--out R.sqlite is required (kvtier sweep --help)"));
 }
 
 TEST(ExperimentArgsTest, HelpListsTheCommonFlagsTheOwnFlagsAndTheOverrideRule) {
