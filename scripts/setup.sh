@@ -16,8 +16,11 @@ packages=(build-essential cmake pkg-config git
           libsimgrid-dev libeigen3-dev libboost-program-options-dev libsqlite3-dev liburing-dev
           zlib1g-dev libgtest-dev googletest sqlite3 fio python3 python3-pip python3-matplotlib)
 # Only the tests use these (scripts/test.sh sets KVTIER_TEST_PACKAGES=1): html5lib parses the
-# report's index.html, chromium renders it headless (~300 MB, about a minute to install).
-if [[ "${KVTIER_TEST_PACKAGES:-0}" == 1 ]]; then packages+=(python3-html5lib chromium); fi
+# report's index.html, chromium renders it headless (~300 MB, about a minute to install);
+# slurm-wlm and munge run the scale-out test's single-node Slurm (tests/scaleout, label slurm).
+if [[ "${KVTIER_TEST_PACKAGES:-0}" == 1 ]]; then
+  packages+=(python3-html5lib chromium slurm-wlm munge)
+fi
 
 if [[ "${KVTIER_SKIP_APT:-0}" != 1 ]]; then
   missing=()
