@@ -16,13 +16,13 @@
 //   kvtier sweep ... --points A-B --grid DIR/grid.tsv --out SHARD   what one array task runs
 //   kvtier sweep --status DIR                         done, killed, failed, missing points
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
-#include <map>
 #include <cstdio>
+#include <map>
 #include <sstream>
 #include <tuple>
-#include <algorithm>
 
 #include "analysis/results_db.h"
 #include "cli/commands.h"
