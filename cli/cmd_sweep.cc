@@ -99,7 +99,9 @@ int RunSweep(const Args& args) {
                     .about = "Simulates every point of a grid (one value per --set key, times each "
                              "system) into one\nresults file, in parallel processes. Resumable: a "
                              "point with a complete run in --out\n(same resolved configuration and "
-                             "trace) is skipped.",
+                             "trace) is skipped. With --slurm DIR, a Slurm job array of the "
+                             "grid instead:\none results file per array task, joined by kvtier "
+                             "merge (docs/scale-out.md).",
                     .synopsis = "--set key=v1,v2 [--set ...] [--rerun-failed]",
                     .notes = "(A point a kill interrupted is run again by the next sweep; a point "
                              "whose run failed is\nreported and run again only with "
