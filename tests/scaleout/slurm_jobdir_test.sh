@@ -3,7 +3,7 @@
 # directory's grid has the configuration hashes a local sweep of the same grid records; job.sh
 # is valid bash and, run by hand as array task 1, runs exactly that task's points into its
 # shard; `--status` (with no squeue on PATH) lists the other points as missing and resubmits
-# only their tasks; a changed experiment stops a task with exit 2 naming grid.tsv; misused
+# only their tasks, and a failed point as failed with the --rerun-failed command; a changed experiment stops a task with exit 2 naming grid.tsv; misused
 # flags and a directory of another grid are refused with exit 2.
 #
 # usage: slurm_jobdir_test.sh   (KVTIER_BIN: the kvtier binary). Exit 0 passed, 1 failed.
@@ -65,6 +65,20 @@ grep -q ': 6 points: 2 done, 0 killed, 0 failed, 4 missing, 0 queued or running'
   fail "--status counts: $(cat status.out)"
 grep -qxF "  sbatch --array=0 $work/job/job.sh" status.out || fail "--status resubmit: $(cat status.out)"
 [[ $(grep -c '^point [0-3] (task 0) missing: ' status.out) == 4 ]] || fail "--status points"
+
+# A point whose run failed (as a run-time error leaves it) is told apart from a killed one and
+# gets the --rerun-failed command, not the plain resubmission.
+sqlite3 job/shards/task-1.sqlite "UPDATE runs SET complete = 0, status = 'failed',
+  error = 'IoError: ssd_read: EIO' WHERE run_id = (SELECT max(run_id) FROM runs)"
+PATH=/usr/bin/nonexistent:$(dirname "$(command -v bash)") \
+  "$kvtier" sweep --status job > status2.out || fail "--status failed"
+grep -q ': 6 points: 1 done, 0 killed, 1 failed, 4 missing, ' status2.out ||
+  fail "--status counts with a failed point: $(cat status2.out)"
+grep -Eq '^point [45] \(task 1\) failed: .*\(run [0-9]+ in shards/task-1.sqlite: IoError: ssd_read: EIO\)$' \
+  status2.out || fail "--status failed line: $(cat status2.out)"
+grep -qxF "  sbatch --array=0 $work/job/job.sh" status2.out || fail "--status resubmit: $(cat status2.out)"
+grep -qxF "  sbatch --export=ALL,KVTIER_SWEEP_FLAGS=--rerun-failed --array=1 $work/job/job.sh" \
+  status2.out || fail "--status rerun-failed: $(cat status2.out)"
 
 # A task whose experiment changed since the job directory was written stops with exit 2.
 sed -i 's/^cpu_capacity = 2GiB$/cpu_capacity = 3GiB/' experiment.ini
