@@ -366,13 +366,20 @@ void ImportanceModel::Scores(std::span<const std::uint32_t> token_keys, std::uin
   AnchorMixQuery(n, Salt(seed, kTagQueryAnchor, anchor, query_key),
                  Salt(seed, kTagQueryAnchor, anchor + 1, query_key), float(cq * std::cos(a)),
                  float(cq * std::sin(a)), common.data());
+  HeadRows(token_keys.data(), common.data(), n, query_key, layer, heads, es, eq, out);
+}
+
+void ImportanceModel::HeadRows(const std::uint32_t* keys, const float* common, std::int64_t n,
+                               std::uint64_t query_key, int layer, std::span<const int> heads,
+                               double es, double eq, float* out) const {
+  const std::uint64_t seed = params_.seed;
   const float boost = std::exp2(static_cast<float>(params_.sink_boost));
   const std::int64_t sinks = std::min<std::int64_t>(params_.sink_tokens, n);
   for (std::size_t j = 0; j < heads.size(); ++j) {
     KVTIER_DCHECK(heads[j] >= 0 && heads[j] < kv_heads_, "head out of range");
     const auto h = static_cast<std::uint64_t>(heads[j]);
     float* row = out + j * n;
-    HeadRow(token_keys.data(), common.data(), n, Salt(seed, kTagStaticHead, layer, h),
+    HeadRow(keys, common, n, Salt(seed, kTagStaticHead, layer, h),
             Salt(seed ^ query_key, kTagQueryHead, layer, h), float(es), float(eq), row);
     for (std::int64_t t = 0; t < sinks; ++t) row[t] *= boost;
   }
@@ -438,16 +445,7 @@ void ImportanceModel::ScoresV2(std::span<const std::uint32_t> token_keys,
   const float scale = float(tail * std::sqrt(w));
   for (std::int64_t t = 0; t < n; ++t) shared[t] *= scale;
   const double es = tail * std::sqrt((1 - w) * (1 - g)), eq = tail * std::sqrt((1 - w) * g);
-  const float boost = std::exp2(static_cast<float>(p.sink_boost));
-  const std::int64_t sinks = std::min<std::int64_t>(p.sink_tokens, n);
-  for (std::size_t j = 0; j < heads.size(); ++j) {
-    KVTIER_DCHECK(heads[j] >= 0 && heads[j] < kv_heads_, "head out of range");
-    const auto h = static_cast<std::uint64_t>(heads[j]);
-    float* row = out + j * n;
-    HeadRow(token_keys.data(), shared.data(), n, Salt(seed, kTagStaticHead, layer, h),
-            Salt(seed ^ query_key, kTagQueryHead, layer, h), float(es), float(eq), row);
-    for (std::int64_t t = 0; t < sinks; ++t) row[t] *= boost;
-  }
+  HeadRows(token_keys.data(), shared.data(), n, query_key, layer, heads, es, eq, out);
 }
 
 void ImportanceModel::ScoresV3(std::span<const std::uint32_t> token_keys,
@@ -510,16 +508,7 @@ void ImportanceModel::ScoresV3(std::span<const std::uint32_t> token_keys,
   const float scale = float(tail * std::sqrt(w));
   for (std::int64_t t = 0; t < n; ++t) shared[t] *= scale;
   const double es = tail * std::sqrt((1 - w) * (1 - g)), eq = tail * std::sqrt((1 - w) * g);
-  const float boost = std::exp2(static_cast<float>(p.sink_boost));
-  const std::int64_t sinks = std::min<std::int64_t>(p.sink_tokens, n);
-  for (std::size_t j = 0; j < heads.size(); ++j) {
-    KVTIER_DCHECK(heads[j] >= 0 && heads[j] < kv_heads_, "head out of range");
-    const auto h = static_cast<std::uint64_t>(heads[j]);
-    float* row = out + j * n;
-    HeadRow(token_keys.data(), shared.data(), n, Salt(seed, kTagStaticHead, layer, h),
-            Salt(seed ^ query_key, kTagQueryHead, layer, h), float(es), float(eq), row);
-    for (std::int64_t t = 0; t < sinks; ++t) row[t] *= boost;
-  }
+  HeadRows(token_keys.data(), shared.data(), n, query_key, layer, heads, es, eq, out);
 }
 
 }  // namespace kvtier

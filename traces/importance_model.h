@@ -161,6 +161,11 @@ class ImportanceModel {
   void ScoresV3(std::span<const std::uint32_t> token_keys, std::uint64_t query_key, int layer,
                 std::span<const int> heads, std::int64_t n, float* out,
                 std::int64_t prefix_tokens) const;
+  // Every version's last step: each requested head's row = the layer's common field plus the
+  // head's own static (es) and query (eq) noise, the first sink_tokens boosted.
+  void HeadRows(const std::uint32_t* keys, const float* common, std::int64_t n,
+                std::uint64_t query_key, int layer, std::span<const int> heads, double es,
+                double eq, float* out) const;
 
   std::vector<double> w_;  // head_corr per layer
   std::vector<double> b_;  // version 3: loadings per layer, layers x factors
