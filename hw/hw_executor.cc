@@ -39,46 +39,68 @@ IoClass ClassOf(Purpose p) {
   }
 }
 
-// A persistent worker thread serving a FIFO of jobs (a "stream", notes/hw-path.md 6.6).
+// A resource served in FIFO order, one job at a time (a "stream", notes/hw-path.md 6.6): a
+// persistent worker thread, which a caller may stand in for. Run(job, inline_ok) runs the job
+// on the calling thread when that is allowed and the lane is idle (nothing running, nothing
+// queued) -- a completion then starts the next stage without waking another thread -- and
+// otherwise queues it for the lane's thread. Jobs queued while a caller runs one inline are
+// taken by the lane's thread once it is done, so the order stays FIFO.
 class Lane {
  public:
-  Lane() : thread_([this] { Loop(); }) {}
+  explicit Lane(bool no_inline_from_here = false)
+      : no_inline_from_here_(no_inline_from_here), thread_([this] { Loop(); }) {}
+  // Returns once the lane's thread and any caller running a job inline are done.
   ~Lane() {
     {
       std::lock_guard<std::mutex> l(mu_);
       stop_ = true;
+      cv_.notify_all();
     }
-    cv_.notify_all();
-    thread_.join();
+    thread_.join();  // it leaves only when nothing runs (busy_ false) and nothing is queued
   }
-  void Post(std::function<void()> job) {
-    {
-      std::lock_guard<std::mutex> l(mu_);
+  void Run(std::function<void()> job, bool inline_ok) {
+    std::unique_lock<std::mutex> l(mu_);
+    if (inline_ok && !busy_ && jobs_.empty() && !tl_no_inline) {
+      busy_ = true;
+      l.unlock();
+      job();
+      l.lock();
+      busy_ = false;
+    } else {
       jobs_.push_back(std::move(job));
     }
-    cv_.notify_one();
+    // Under the lock: once it is released the job may be done and the lane destroyed.
+    if (!busy_ && (stop_ || !jobs_.empty())) cv_.notify_one();
   }
+  // True on a lane thread that must not run other lanes' jobs (it would delay its own).
+  static thread_local bool tl_no_inline;
 
  private:
   void Loop() {
     PreciseTimers();
+    tl_no_inline = no_inline_from_here_;
     std::unique_lock<std::mutex> l(mu_);
     while (true) {
-      cv_.wait(l, [&] { return stop_ || !jobs_.empty(); });
+      cv_.wait(l, [&] { return !busy_ && (stop_ || !jobs_.empty()); });
       if (jobs_.empty()) return;
       auto job = std::move(jobs_.front());
       jobs_.pop_front();
+      busy_ = true;
       l.unlock();
       job();
       l.lock();
+      busy_ = false;
     }
   }
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> jobs_;
+  bool busy_ = false;  // a job is running (on the lane's thread or inline on a caller's)
   bool stop_ = false;
+  const bool no_inline_from_here_;
   std::thread thread_;
 };
+thread_local bool Lane::tl_no_inline = false;
 
 // A byte ring inside one arena slot: allocations are 4 KiB-aligned and wrap around. A consumer
 // can tell whether its bytes were overwritten (the ring allocated more than its size since).
@@ -237,6 +259,9 @@ struct HwExecutor::Impl {
   std::mutex stats_mu;
   HwExecutorStats st;
 
+  // Copies may run inline on a completing thread (Dispatch): the host backend's copies are a
+  // memcpy on the calling thread; a cuda copy waits for its DMA, which would hold that thread.
+  bool inline_copies = false;
   // Lanes last: destroyed first, so no job runs against freed state.
   std::unique_ptr<Lane> h2d_lane, d2h_lane, cpu_lane, compute_lane, write_lane;
 
@@ -267,7 +292,7 @@ struct HwExecutor::Impl {
       notify = notify || draining;
     }
     if (notify) cv.notify_all();
-    for (const OpPtr& r : ready) Dispatch(r);
+    for (const OpPtr& r : ready) Dispatch(r, /*completing=*/true);
   }
 
   // Fails `op` (times set) and completes what depends on it with `why`. Returns whether the
@@ -306,17 +331,27 @@ struct HwExecutor::Impl {
     return op.is_transfer ? DescribeOp(op.t) : DescribeOp(op.c);
   }
 
-  void Dispatch(const OpPtr& op) {
+  // Starts `op` (its dependencies are done). `completing`: called by the thread that completed
+  // its last dependency. Such a thread runs a gather, and on the host backend a copy, itself
+  // when that lane is idle (Lane::Run), instead of waking the lane's thread: the memcpy costs
+  // what the hand-off would, and the next stage starts without a thread hop. Compute (a sleep
+  // on the host backend) and stores (blocking writes) always go to their lanes, and the driving
+  // thread never runs an op inline (it goes on submitting). SSD reads are issued by whoever
+  // starts them: the engine's thread does the I/O.
+  void Dispatch(const OpPtr& op, bool completing) {
     if (!op->is_transfer) {
-      compute_lane->Post([this, op] { RunCompute(op); });
+      compute_lane->Run([this, op] { RunCompute(op); }, false);
       return;
     }
+    const bool copy_inline = completing && inline_copies;
     switch (op->t.kind) {
       case TransferKind::kSsdRead: IssueRead(op); break;
-      case TransferKind::kSsdWrite: write_lane->Post([this, op] { RunWrite(op); }); break;
-      case TransferKind::kCpuGather: cpu_lane->Post([this, op] { RunGather(op); }); break;
-      case TransferKind::kH2D: h2d_lane->Post([this, op] { RunCopy(op, true); }); break;
-      case TransferKind::kD2H: d2h_lane->Post([this, op] { RunCopy(op, false); }); break;
+      case TransferKind::kSsdWrite: write_lane->Run([this, op] { RunWrite(op); }, false); break;
+      case TransferKind::kCpuGather:
+        cpu_lane->Run([this, op] { RunGather(op); }, completing);
+        break;
+      case TransferKind::kH2D: h2d_lane->Run([this, op] { RunCopy(op, true); }, copy_inline); break;
+      case TransferKind::kD2H: d2h_lane->Run([this, op] { RunCopy(op, false); }, copy_inline); break;
     }
   }
 
@@ -404,6 +439,8 @@ struct HwExecutor::Impl {
     }
     const IoClass cls = ClassOf(op->t.purpose);
     const bool full = opt.verify;
+    std::vector<ReadRequest> batch;  // every read of the op, to the engine at once
+    batch.reserve(pieces.size());
     for (const Piece& p : pieces) {
       if (!p.have_loc) {
         PieceDone(op, Status::NotFound(DescribeChunk(p.id) + ": not in the chunk store " +
@@ -439,8 +476,9 @@ struct HwExecutor::Impl {
         }
         PieceDone(op, std::move(s));
       };
-      io->Submit(std::move(r));
+      batch.push_back(std::move(r));
     }
+    io->SubmitBatch(std::move(batch));  // one wake-up of the engine, one io_uring_submit
   }
 
   // ---- SSD writes ----
@@ -721,7 +759,7 @@ struct HwExecutor::Impl {
         start = added.next == OpGraph<OpPtr>::Next::kStart;
       }
     }
-    if (start) Dispatch(op);
+    if (start) Dispatch(op, /*completing=*/false);
     return op->id;
   }
 };
@@ -834,10 +872,11 @@ Status HwExecutor::Create(const ModelSpec& model, const HardwareOptions& hardwar
   io.pread_threads = std::max<std::uint32_t>(1, std::min<std::uint32_t>(options.queue_depth, 16));
   KVTIER_RETURN_IF_ERROR(IoEngine::Create(m.store->read_fd(), io, &m.io));
 
+  m.inline_copies = m.device->kind() == BackendKind::kHost;
   m.h2d_lane = std::make_unique<Lane>();
   m.d2h_lane = std::make_unique<Lane>();
   m.cpu_lane = std::make_unique<Lane>();
-  m.compute_lane = std::make_unique<Lane>();
+  m.compute_lane = std::make_unique<Lane>(/*no_inline_from_here=*/true);  // it is the "GPU"
   m.write_lane = std::make_unique<Lane>();
   KVTIER_RETURN_IF_ERROR(ex->ResetClock());
   *out = std::move(ex);

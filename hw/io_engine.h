@@ -5,7 +5,10 @@
 // Two backends share this interface and the same scheduler:
 //   - io_uring: one ring-owner thread. Submit() puts the request on an intake queue and writes an
 //     eventfd; the ring keeps a read of that eventfd armed, so the thread blocks in exactly one
-//     place (io_uring_submit_and_wait) and wakes on completions or new work. The data file is a
+//     place (io_uring_submit_and_wait) and wakes on completions or new work. SubmitBatch() queues
+//     all its requests at once and wakes the thread once, so one io_uring_submit carries them all
+//     (as far as the in-flight caps admit). Completions are posted to the submitting task's
+//     task_work by the kernel, which is why only the ring thread submits. The data file is a
 //     registered (fixed) file; destinations inside `fixed_buffers` use read_fixed.
 //   - pread: a pool of `pread_threads` workers doing blocking pread. Chosen when io_uring is
 //     unavailable (ENOSYS/EPERM at ring setup) with Backend::kAuto, or forced with kPread.
@@ -94,6 +97,7 @@ struct IoEngineStats {
   uint64_t failed = 0;
   uint64_t sub_ios = 0;
   uint64_t fixed_buffer_reads = 0;      // Sub-IOs that used read_fixed.
+  uint64_t submit_calls = 0;            // io_uring: submissions that carried reads (pread: 0).
   uint32_t max_ops_in_flight_seen = 0;  // High-water marks, to check the caps.
   uint64_t max_bytes_in_flight_seen = 0;
 };
@@ -108,6 +112,9 @@ class IoEngine {
 
   // Queues `request`; it completes exactly once through `request.on_complete`.
   virtual void Submit(ReadRequest request) = 0;
+  // Queues every request of `requests` at once (one intake, one wake-up of the engine): the
+  // reads of one operation go to the kernel together. Each completes exactly once as Submit's.
+  virtual void SubmitBatch(std::vector<ReadRequest> requests) = 0;
   // Same, but the result arrives through the returned future (`on_complete` is replaced).
   std::future<ReadResult> SubmitWithFuture(ReadRequest request);
 
