@@ -215,6 +215,58 @@ TEST(KvtierHwFailure, ValidateFailsWhenItsHwRunFails) {
   ExpectFailedRun(dir.path() + "/r.sqlite", {"OutOfSpace"});  // and no sim run
 }
 
+// `kvtier validate` runs each preset's hw runs --repeats times against one sim run, names the
+// io-bound runs apart (the views pair sim and hw runs by experiment), reports every run with
+// its load average, and --check turns a missed target into exit 1. Bad flags exit 2.
+TEST(KvtierValidate, PresetsRepeatsAndTheCheck) {
+  testing::ScratchDir dir;
+  const std::string exp = MakeExperiment(dir.path(), "");
+  const std::string db = dir.path() + "/v.sqlite";
+  std::string out;
+  ASSERT_EQ(RunCmd(Kvtier() + " validate --config " + exp + " --out " + db +
+                       " --repeats 2 --quiet",
+                   &out),
+            0)
+      << out;
+  for (const char* part : {"=== preset compute-bound ===", "=== preset io-bound, gpu.flops = "
+                           "312TFLOP/s, gpu.efficiency = 0.6, gpu.mem_bw = 2TB/s ===",
+                           "per run: median / p90 (load avg)", "ssd_read", "targets (systems"}) {
+    EXPECT_NE(out.find(part), std::string::npos) << part << "\n" << out;
+  }
+  sqlite3* h = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+  const std::string count = "SELECT COUNT(*) FROM runs WHERE complete = 1 AND ";
+  EXPECT_EQ(Text(h, count + "mode = 'hw' AND experiment = 'hw-fail'"), "2");
+  EXPECT_EQ(Text(h, count + "mode = 'hw' AND experiment = 'hw-fail-io-bound'"), "2");
+  EXPECT_EQ(Text(h, count + "mode = 'sim' AND experiment = 'hw-fail'"), "1");
+  EXPECT_EQ(Text(h, count + "mode = 'sim' AND experiment = 'hw-fail-io-bound'"), "1");
+  EXPECT_EQ(Text(h, count + "experiment = 'hw-fail-io-bound' AND config LIKE "
+                            "'%gpu.efficiency = 0.6%'"),
+            "3");
+  // Each hw run pairs with its preset's sim run only.
+  EXPECT_EQ(Text(h, "SELECT COUNT(DISTINCT hw_run_id) FROM sim_vs_hw WHERE experiment = "
+                    "'hw-fail-io-bound'"),
+            "2");
+  sqlite3_close(h);
+
+  out.clear();
+  const int code = RunCmd(Kvtier() + " validate --config " + exp + " --out " + dir.path() +
+                              "/c.sqlite --preset io-bound --repeats 1 --check --quiet",
+                          &out);
+  const bool met = out.find("within 25%: met") != std::string::npos;
+  EXPECT_EQ(code, met ? 0 : 1) << out;
+  EXPECT_EQ(out.find("=== preset compute-bound"), std::string::npos) << out;
+
+  for (const char* bad : {" --preset fast", " --repeats 0", " --repeats x"}) {
+    out.clear();
+    EXPECT_EQ(RunCmd(Kvtier() + " validate --config " + exp + " --out " + dir.path() +
+                         "/b.sqlite" + bad,
+                     &out),
+              2)
+        << bad << "\n" << out;
+  }
+}
+
 // --- Reliability regressions (issue 18) ---
 
 // A smollm2 trace of `requests` requests and an experiment running `as` on the host backend
