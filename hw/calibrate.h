@@ -18,6 +18,8 @@
 //                    (the measured rate already is the achieved one)
 //   gpu.mem_bw       host: memcpy bandwidth; cuda: device-to-device copy
 //   gpu.kernel_overhead  host: median hand-off round trip to a worker thread (per op)
+//   cpu.op_overhead  the executor's time between the ops of a read -> h2d -> compute chain,
+//                    per transfer op, median (hw/op_overhead.h: through a HwExecutor)
 // `quick` shrinks every measurement (a few seconds, for tests). Not thread-safe.
 //
 // MeasureLayerTable (`kvtier calibrate --config X --layer-table`) times the host backend's real
@@ -64,6 +66,7 @@ struct CalibrateResult {
   double memcpy_bw = 0, gather_bw = 0;
   double h2d_bw = 0, d2h_bw = 0, pcie_latency_s = 0;
   double gemm_flops = 0, mem_bw = 0, kernel_overhead_s = 0;
+  double op_overhead_s = 0;  // cpu.op_overhead
   std::string gpu_name;
   double seconds = 0;       // how long calibration took
 };
