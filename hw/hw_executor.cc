@@ -44,11 +44,14 @@ IoClass ClassOf(Purpose p) {
 // on the calling thread when that is allowed and the lane is idle (nothing running, nothing
 // queued) -- a completion then starts the next stage without waking another thread -- and
 // otherwise queues it for the lane's thread. Jobs queued while a caller runs one inline are
-// taken by the lane's thread once it is done, so the order stays FIFO.
+// taken by the lane's thread once it is done, so the order stays FIFO. A lane's own thread,
+// and a caller while it runs a job inline, never run another job inline: that would hold up
+// the lane it serves (an H2D lane running a D2H would stop the two directions overlapping, a
+// gather lane running the copy after it would stop gathers and copies overlapping), so only
+// threads outside the lanes -- the I/O engine's, completing a read -- start a stage inline.
 class Lane {
  public:
-  explicit Lane(bool no_inline_from_here = false)
-      : no_inline_from_here_(no_inline_from_here), thread_([this] { Loop(); }) {}
+  Lane() : thread_([this] { Loop(); }) {}
   // Returns once the lane's thread and any caller running a job inline are done.
   ~Lane() {
     {
@@ -60,10 +63,12 @@ class Lane {
   }
   void Run(std::function<void()> job, bool inline_ok) {
     std::unique_lock<std::mutex> l(mu_);
-    if (inline_ok && !busy_ && jobs_.empty() && !tl_no_inline) {
+    if (inline_ok && !busy_ && jobs_.empty() && !tl_serving) {
       busy_ = true;
       l.unlock();
+      tl_serving = true;
       job();
+      tl_serving = false;
       l.lock();
       busy_ = false;
     } else {
@@ -72,13 +77,13 @@ class Lane {
     // Under the lock: once it is released the job may be done and the lane destroyed.
     if (!busy_ && (stop_ || !jobs_.empty())) cv_.notify_one();
   }
-  // True on a lane thread that must not run other lanes' jobs (it would delay its own).
-  static thread_local bool tl_no_inline;
+  // True on a thread serving a lane (its own thread, or a caller running a job inline).
+  static thread_local bool tl_serving;
 
  private:
   void Loop() {
     PreciseTimers();
-    tl_no_inline = no_inline_from_here_;
+    tl_serving = true;
     std::unique_lock<std::mutex> l(mu_);
     while (true) {
       cv_.wait(l, [&] { return !busy_ && (stop_ || !jobs_.empty()); });
@@ -97,10 +102,9 @@ class Lane {
   std::deque<std::function<void()>> jobs_;
   bool busy_ = false;  // a job is running (on the lane's thread or inline on a caller's)
   bool stop_ = false;
-  const bool no_inline_from_here_;
   std::thread thread_;
 };
-thread_local bool Lane::tl_no_inline = false;
+thread_local bool Lane::tl_serving = false;
 
 // A byte ring inside one arena slot: allocations are 4 KiB-aligned and wrap around. A consumer
 // can tell whether its bytes were overwritten (the ring allocated more than its size since).
@@ -332,12 +336,13 @@ struct HwExecutor::Impl {
   }
 
   // Starts `op` (its dependencies are done). `completing`: called by the thread that completed
-  // its last dependency. Such a thread runs a gather, and on the host backend a copy, itself
-  // when that lane is idle (Lane::Run), instead of waking the lane's thread: the memcpy costs
-  // what the hand-off would, and the next stage starts without a thread hop. Compute (a sleep
-  // on the host backend) and stores (blocking writes) always go to their lanes, and the driving
-  // thread never runs an op inline (it goes on submitting). SSD reads are issued by whoever
-  // starts them: the engine's thread does the I/O.
+  // its last dependency. When that is the I/O engine's thread (a read completed) and the lane
+  // is idle, a gather, and on the host backend a copy, runs right there (Lane::Run) instead of
+  // waking the lane's thread: the memcpy costs what the hand-off would, and the read's data is
+  // used at once. Compute (a sleep on the host backend), stores (blocking writes) and cuda
+  // copies (which wait for their DMA) always go to their lanes, lane threads never run another
+  // lane's job, and the driving thread never runs an op (it goes on submitting). SSD reads are
+  // issued by whoever starts them: the engine's thread does the I/O.
   void Dispatch(const OpPtr& op, bool completing) {
     if (!op->is_transfer) {
       compute_lane->Run([this, op] { RunCompute(op); }, false);
@@ -876,7 +881,7 @@ Status HwExecutor::Create(const ModelSpec& model, const HardwareOptions& hardwar
   m.h2d_lane = std::make_unique<Lane>();
   m.d2h_lane = std::make_unique<Lane>();
   m.cpu_lane = std::make_unique<Lane>();
-  m.compute_lane = std::make_unique<Lane>(/*no_inline_from_here=*/true);  // it is the "GPU"
+  m.compute_lane = std::make_unique<Lane>();
   m.write_lane = std::make_unique<Lane>();
   KVTIER_RETURN_IF_ERROR(ex->ResetClock());
   *out = std::move(ex);

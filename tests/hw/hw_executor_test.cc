@@ -108,11 +108,12 @@ TEST(HwExecutor, TransfersRunInDependencyOrder) {
   }
 }
 
-// A completion starts the next stage on the completing thread when that stage's lane is idle:
-// on the host backend the gather after a read, and the copy after the gather, run on the
-// thread that completed the read (the I/O engine's), never on the driving thread; compute
-// (the modeled GPU) stays on its own lane. Checked through the backend's calls.
-TEST(HwExecutor, ACompletionRunsTheNextCopyStageOnItsOwnThread) {
+// A read's completion starts the next stage on the completing thread (the I/O engine's) when
+// that stage's lane is idle: on the host backend the gather after a read, or the copy right
+// after a read, run there; what follows a gather (the copy) goes to its lane, so gathers and
+// copies still overlap; compute (the modeled GPU) stays on its own lane, and the driving thread
+// runs nothing. Checked through the threads the backend's calls ran on.
+TEST(HwExecutor, AReadsCompletionRunsTheNextStageOnItsThread) {
   ScratchDir dir;
   struct Threads : DeviceBackendWrapper {
     using DeviceBackendWrapper::DeviceBackendWrapper;
@@ -148,43 +149,63 @@ TEST(HwExecutor, ACompletionRunsTheNextCopyStageOnItsOwnThread) {
     seen = w.get();
     return w;
   };
+  // Every layer step sleeps 50 ms: a step gates each chain's read, so the whole chain is
+  // submitted before the read can complete (else a dependent submitted after its read ended
+  // starts from the driving thread, which queues it on its lane).
+  HardwareOptions hw;
+  hw.gpu_kernel_overhead = 0.05;
   std::unique_ptr<HwExecutor> ex;
-  ASSERT_TRUE(HwExecutor::Create(TinyModel(), HardwareOptions{}, o, &ex).ok());
+  ASSERT_TRUE(HwExecutor::Create(TinyModel(), hw, o, &ex).ok());
   const ModelSpec m = TinyModel();
   const Bytes chunk = m.ChunkBytes(4);
   const ChunkId id = ChunkId::Make(1, KvKind::kKey, 0, 0);
   ASSERT_TRUE(ex->Prepopulate(id, chunk, false).ok());
+  TransferOp read;
+  read.kind = TransferKind::kSsdRead;
+  read.chunks = {{id, chunk, {}}};
+  read.bytes = chunk;
+  read.ios = 1;
+  ComputeOp c;
+  c.new_tokens = 1;
+  c.context_tokens = 4;
   for (int i = 0; i < 3; ++i) {
-    TransferOp read;
-    read.kind = TransferKind::kSsdRead;
-    read.chunks = {{id, chunk, {}}};
-    read.bytes = chunk;
-    read.ios = 1;
+    // read -> gather -> h2d -> compute
     TransferOp gather = read;
     gather.kind = TransferKind::kCpuGather;
     gather.chunks[0].rows = {0, 2};
     gather.bytes = gather.chunks[0].bytes = 2 * m.KBytesPerTokenLayer();
     TransferOp h2d = gather;
     h2d.kind = TransferKind::kH2D;
-    ComputeOp c;
-    c.new_tokens = 1;
-    c.context_tokens = 4;
-    const OpId r = ex->Submit(read, {});
+    OpId gate = ex->Submit(c, {});
+    OpId r = ex->Submit(read, std::span(&gate, 1));
     const OpId g = ex->Submit(gather, std::span(&r, 1));
-    const OpId h = ex->Submit(h2d, std::span(&g, 1));
-    const OpId k = ex->Submit(c, std::span(&h, 1));
+    OpId h = ex->Submit(h2d, std::span(&g, 1));
+    OpId k = ex->Submit(c, std::span(&h, 1));
     ASSERT_TRUE(ex->Wait(k).ok());
-    for (OpId op : {r, g, h, k}) ex->Retire(op);
+    for (OpId op : {gate, r, g, h, k}) ex->Retire(op);
+    // read -> h2d -> compute
+    h2d = read;
+    h2d.kind = TransferKind::kH2D;
+    gate = ex->Submit(c, {});
+    r = ex->Submit(read, std::span(&gate, 1));
+    h = ex->Submit(h2d, std::span(&r, 1));
+    k = ex->Submit(c, std::span(&h, 1));
+    ASSERT_TRUE(ex->Wait(k).ok());
+    for (OpId op : {gate, r, h, k}) ex->Retire(op);
   }
   ASSERT_NE(seen, nullptr);
   ASSERT_EQ(seen->gather.size(), 3u);
-  ASSERT_EQ(seen->copy.size(), 3u);
-  ASSERT_EQ(seen->compute.size(), 3u);
+  ASSERT_EQ(seen->copy.size(), 6u);
+  ASSERT_EQ(seen->compute.size(), 12u);
+  const std::thread::id io = seen->gather[0];  // the engine's thread, completing the read
+  EXPECT_NE(io, std::this_thread::get_id());
   for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(seen->copy[i], seen->gather[i]) << "chain " << i;
-    EXPECT_NE(seen->gather[i], std::this_thread::get_id());
-    EXPECT_NE(seen->compute[i], seen->copy[i]);
+    EXPECT_EQ(seen->gather[i], io) << "chain " << i;
+    EXPECT_EQ(seen->copy[2 * i + 1], io) << "chain " << i << ": the copy right after the read";
+    EXPECT_NE(seen->copy[2 * i], io) << "chain " << i << ": the copy after the gather";
+    EXPECT_NE(seen->copy[2 * i], std::this_thread::get_id());
   }
+  for (const std::thread::id& t : seen->compute) EXPECT_NE(t, io);
 }
 
 TEST(HwExecutor, CachesHoldChunksInArenas) {
