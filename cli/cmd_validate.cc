@@ -14,7 +14,7 @@
 // io-bound is the same with A100-speed modelled compute (gpu.flops = 312 TFLOP/s,
 // gpu.efficiency = 0.6, gpu.mem_bw = 2 TB/s: docs/hw-mode.md, table B), so the I/O path decides
 // TTFT; its runs are named "<experiment.name>-io-bound" so the views pair them apart.
-// --check fails (exit 1) unless every system that loads KV (its hw runs read from the SSD or
+// --check fails (exit 4) unless every system that loads KV (its hw runs read from the SSD or
 // copied to the device) has median |TTFT error| <= 10% and p90 <= 20% in every preset, and
 // ssd_read and h2d busy time within 25%.
 //
@@ -91,7 +91,7 @@ int RunValidate(const Args& args) {
       "Calibrate the profile first: kvtier calibrate --out configs/hardware/NAME.ini, then\n"
       "--include.hardware=NAME.",
       "(validate exits 3 when one of its hw runs failed, without simulating or comparing "
-      "anything; with --check it exits 1 when a target is missed: median |TTFT error| <= 10% "
+      "anything; with --check it exits 4 when a target is missed: median |TTFT error| <= 10% "
       "and p90 <= 20%, ssd_read and h2d busy time within 25%, for every system that loads KV, "
       "in every preset run.)\n"));
   bool quiet = false, check = false;
@@ -103,7 +103,7 @@ int RunValidate(const Args& args) {
       "repeats", boost::program_options::value(&repeats)->value_name("N"),
       "hw runs of each system per preset (default 3)")(
       "check", boost::program_options::bool_switch(&check),
-      "exit 1 unless every KV-loading system meets the targets");
+      "exit 4 unless every KV-loading system meets the targets");
   if (!a.Parse(args)) return 0;
   std::vector<Preset> presets;
   if (preset_flag == "compute-bound" || preset_flag == "both") presets.push_back(kComputeBound);
@@ -259,7 +259,7 @@ int RunValidate(const Args& args) {
               "sim_vs_hw_stages views in %s)\n",
               all_met ? "met" : "missed", a.out().c_str());
   if (worst != 0) return worst;
-  return check && !all_met ? 1 : 0;
+  return check && !all_met ? 4 : 0;
 }
 
 }  // namespace kvtier::cli
