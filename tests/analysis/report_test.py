@@ -217,7 +217,8 @@ class FullReport(unittest.TestCase):
         d = cls.tmp
         cls.db = os.path.join(d, "r.sqlite")
         build_sim_db(d, cls.db)
-        run(["validate", "--config", smol_experiment(d), "--out", cls.db, "--quiet"], d)
+        run(["validate", "--config", smol_experiment(d), "--out", cls.db, "--quiet",
+             "--preset", "compute-bound", "--repeats", "1"], d)  # one hw + one sim run each
         cls.eval_source = add_eval(d, cls.db)
         # An interrupted run beside the others: a copy of run 1 marked as a killed run leaves
         # it (complete = 0, status 'running'). It must appear in no figure.

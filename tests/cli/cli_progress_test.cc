@@ -69,11 +69,12 @@ TEST_F(ProgressCliTest, HwAndValidateCountTheTraceRequestsAndAreQuietWithQuiet) 
   EXPECT_EQ(r.err, "");
   EXPECT_NE(r.out.find("mean TTFT"), std::string::npos) << "the table stays on stdout";
 
-  r = Run("validate --config " + x + " --out " + (dir_ / "v.sqlite").string());
+  r = Run("validate --config " + x + " --out " + (dir_ / "v.sqlite").string() + " --repeats 1");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("[hw as] 6/6 requests (100%)"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("[sim as] 6/6 requests (100%)"), std::string::npos) << r.err;
-  r = Run("validate --config " + x + " --out " + (dir_ / "v2.sqlite").string() + " --quiet");
+  r = Run("validate --config " + x + " --out " + (dir_ / "v2.sqlite").string() +
+          " --repeats 1 --quiet");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.err, "");
 }
