@@ -155,6 +155,20 @@ ChildFn SimChild(const std::string& out) {
   };
 }
 
+void AddSimProgressFlags(ExperimentArgs* a, bool* progress, bool* quiet) {
+  a->AddOptions()("progress", boost::program_options::bool_switch(progress),
+                  "rate and ETA of each run on stderr even when it is not a terminal")(
+      "quiet", boost::program_options::bool_switch(quiet), "no progress on stderr");
+}
+
+bool SimProgressOptions(double interval_s, int jobs, bool asked, bool quiet, ProgressOptions* o) {
+  *o = ProgressOptions{};
+  o->interval_s = interval_s;
+  o->quiet = quiet;
+  if (jobs > 1) o->style = ProgressOptions::Style::kLines;
+  return quiet || asked || ::isatty(::fileno(stderr)) == 1;
+}
+
 namespace {
 
 // The signals that stop a parent of child runs, and with it its children.
@@ -325,18 +339,25 @@ int RunSim(const Args& args) {
                              "their comparison (the run_summary view).\nEvery system's "
                              "configuration is validated before any simulation starts.",
                     .jobs_help = "systems simulated at once"});
+  bool progress = false, quiet = false;
+  AddSimProgressFlags(&a, &progress, &quiet);
   if (!a.Parse(args)) return 0;
   const Config base = a.Base();
   const std::vector<std::pair<std::string, Config>> runs = a.Runs();
   const std::string trace = runs.front().second.GetString("workload.trace");
   a.CreateOut();
 
-  std::fprintf(stderr, "kvtier sim: %zu system(s) on %s, trace %s -> %s\n", runs.size(),
-               base.GetString("model.name").c_str(), trace.c_str(), a.out().c_str());
+  if (!quiet) {
+    std::fprintf(stderr, "kvtier sim: %zu system(s) on %s, trace %s -> %s\n", runs.size(),
+                 base.GetString("model.name").c_str(), trace.c_str(), a.out().c_str());
+  }
   int worst = 0;
+  const double interval_s = base.GetDuration("log.progress");
+  ProgressOptions rate_eta;
+  const bool use_rate_eta = SimProgressOptions(interval_s, a.jobs(), progress, quiet, &rate_eta);
   std::vector<long long> ids =
-      RunInChildren(runs, a.jobs(), base.GetDuration("log.progress"), "sim", SimChild(a.out()),
-                    &worst, nullptr);
+      RunInChildren(runs, a.jobs(), interval_s, "sim", SimChild(a.out()), &worst, nullptr,
+                    use_rate_eta ? &rate_eta : nullptr);
   PrintComparison(a.out(), ids);
   return worst;
 }

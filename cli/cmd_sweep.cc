@@ -92,6 +92,7 @@ int RunSweep(const Args& args) {
   }
   std::vector<std::string> sets;
   bool rerun_failed = false;
+  bool progress = false, quiet = false;
   SlurmJobOptions slurm;
   bool submit = false;
   std::string points_arg, grid_file;
@@ -132,6 +133,7 @@ int RunSweep(const Args& args) {
       "status", po::value<std::string>()->value_name("DIR"),
       "instead of running: which points of a --slurm job directory are done, killed, failed "
       "or missing, and the command that resubmits the missing ones");
+  AddSimProgressFlags(&a, &progress, &quiet);
   if (!a.Parse(args)) return 0;
   const po::variables_map& vm = a.vm();
   const bool to_slurm = vm.count("slurm") > 0;
@@ -271,8 +273,10 @@ int RunSweep(const Args& args) {
     db.DeleteIncompleteRuns(sha, "sim");
     todo.emplace_back(grid[i].label, std::move(configs[i]));
   }
-  std::fprintf(stderr, "kvtier sweep: %zu points (%zu done before, %zu to run) -> %s\n", total,
-               skipped, todo.size(), out.c_str());
+  if (!quiet) {
+    std::fprintf(stderr, "kvtier sweep: %zu points (%zu done before, %zu to run) -> %s\n",
+                 total, skipped, todo.size(), out.c_str());
+  }
   if (!failed.empty()) {
     std::fprintf(stderr, "kvtier sweep: %zu point(s) failed before and are not rerun (pass "
                  "--rerun-failed to rerun them):\n", failed.size());
@@ -281,18 +285,27 @@ int RunSweep(const Args& args) {
   const auto start = std::chrono::steady_clock::now();
   std::size_t done = 0;
   int worst = 0;
+  // Each point's rate and ETA (where stderr is a terminal, or --progress); the points' own
+  // log.progress lines are off (1h), so without it a point says only when it is done.
+  ProgressOptions rate_eta;
+  const bool use_rate_eta =
+      SimProgressOptions(a.Base().GetDuration("log.progress"), a.jobs(), progress, quiet,
+                         &rate_eta);
   std::vector<long long> ids =
       RunInChildren(todo, a.jobs(), 3600, "sweep", SimChild(out), &worst,
                     [&](const std::string& label, int code) {
         ++done;
+        if (quiet && code == 0) return;
         const double el =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         const double eta = el / double(done) * double(todo.size() - done);
         std::fprintf(stderr, "[%zu/%zu] %s %s  (%.0f s elapsed, ~%.0f s left)\n", done,
                      todo.size(), code == 0 ? "done" : "FAILED", label.c_str(), el, eta);
-      });
-  std::fprintf(stderr, "kvtier sweep: %zu of %zu points ran; query run_summary in %s\n",
-               ids.size(), todo.size(), out.c_str());
+      }, use_rate_eta ? &rate_eta : nullptr);
+  if (!quiet) {
+    std::fprintf(stderr, "kvtier sweep: %zu of %zu points ran; query run_summary in %s\n",
+                 ids.size(), todo.size(), out.c_str());
+  }
   return worst;
 }
 

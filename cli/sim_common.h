@@ -66,6 +66,18 @@ std::vector<long long> RunInChildren(const std::vector<std::pair<std::string, Co
                                      const ProgressOptions* rate_eta = nullptr);
 // The simulator as a ChildFn: RunSimulation on the config's resolved workload.trace into `out`.
 ChildFn SimChild(const std::string& out);
+
+// `kvtier sim` and `sweep`'s progress flags: --progress (a rate-and-ETA line per run even when
+// stderr is not a terminal) and --quiet (no progress on stderr at all).
+class ExperimentArgs;
+void AddSimProgressFlags(ExperimentArgs* a, bool* progress, bool* quiet);
+// The rate-and-ETA progress of sim and sweep runs (RunInChildren's `rate_eta`): where stderr is
+// a terminal, or with --progress, a Progress per run (`[sim spec] 120/12031 requests (1%)
+// 9.8 requests/s  eta 20 min 18 s ...`), lines every `interval_s` (log.progress) when stderr is
+// not a terminal or when `jobs` > 1 runs share it (one rewritten line each would overwrite the
+// others'); with --quiet none (quiet set). Returns false when neither applies: the plain lines
+// every log.progress, as before.
+bool SimProgressOptions(double interval_s, int jobs, bool asked, bool quiet, ProgressOptions* o);
 void PrintComparison(const std::string& out, const std::vector<long long>& run_ids);
 
 }  // namespace kvtier::cli

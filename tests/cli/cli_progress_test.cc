@@ -79,6 +79,40 @@ TEST_F(ProgressCliTest, HwAndValidateCountTheTraceRequestsAndAreQuietWithQuiet) 
   EXPECT_EQ(r.err, "");
 }
 
+// sim and sweep: a rate-and-ETA line per run where stderr is a terminal or with --progress
+// (here stderr is a file: whole lines, no carriage return); without either the plain
+// log.progress lines as before; nothing on stderr with --quiet.
+TEST_F(ProgressCliTest, SimAndSweepReportRateAndEtaPerRunWithProgressAndAreQuietWithQuiet) {
+  const std::string x = HwExperiment();
+  CliResult r = Run("sim --config " + x + " --out " + (dir_ / "s.sqlite").string() +
+                    " --systems as,recomp --progress");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("[sim as] 6/6 requests (100%)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[sim recomp] 6/6 requests (100%)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("requests/s  done in"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find('\r'), std::string::npos) << "a file gets whole lines";
+  r = Run("sim --config " + x + " --out " + (dir_ / "s2.sqlite").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err.find("requests/s"), std::string::npos) << "not a terminal, not asked: " << r.err;
+  EXPECT_NE(r.err.find("done: 6 requests"), std::string::npos) << r.err;
+  r = Run("sim --config " + x + " --out " + (dir_ / "s3.sqlite").string() + " --quiet");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_NE(r.out.find("mean TTFT"), std::string::npos) << "the table stays on stdout";
+
+  const std::string sweep = "sweep --config " + x + " --set select.retention=0.25,0.5 ";
+  r = Run(sweep + "--out " + (dir_ / "w.sqlite").string() + " --progress");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("[sweep as select.retention=0.25] 6/6 requests (100%)"),
+            std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[sweep as select.retention=0.5] 6/6 requests (100%)"),
+            std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("requests/s  done in"), std::string::npos) << r.err;
+  r = Run(sweep + "--out " + (dir_ / "w2.sqlite").string() + " --quiet");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+}
+
 TEST_F(ProgressCliTest, RecordAndEvalReportTheirRequestsAndItems) {
   if (!fs::exists(ModelPath())) {
     GTEST_SKIP() << "no model at " << ModelPath() << " (scripts/fetch_model.sh)";
