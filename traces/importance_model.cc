@@ -36,9 +36,13 @@ inline float Unit(std::uint32_t h) {
 }
 
 // 2^y, monotone piecewise-linear (Schraudolph): exact at integers, within 6% in between. Only
-// ranks and heavy-tailedness matter here, and it vectorises. y is clamped to [-120, 120].
+// ranks and heavy-tailedness matter here, and it vectorises (with -fno-trapping-math for this
+// file, traces/CMakeLists.txt: HeadRow's loop was scalar without it, and the per-head rows
+// were 56% of sim_bench's as_h2o_lfu run). y is clamped to [-120, 120] by two selects, which
+// give std::clamp's value for every float, NaN included.
 inline float FastExp2(float y) {
-  y = std::clamp(y, -120.0f, 120.0f);
+  y = y < -120.0f ? -120.0f : y;
+  y = 120.0f < y ? 120.0f : y;
   const std::int32_t bits = static_cast<std::int32_t>(y * 8388608.0f) + (127 << 23);
   return std::bit_cast<float>(bits);
 }
@@ -75,6 +79,19 @@ __attribute__((optimize("O3"))) void HeadRow(const std::uint32_t* keys, const fl
                     eq * Unit(hash::Hash32(sq + g));
     out[t] = FastExp2(z);
   }
+}
+
+// AnchorMixStatic and AnchorMixQuery from the anchors' unit rows (ImportanceModel::AnchorCache):
+// the same expressions on the same values, so the same floats.
+__attribute__((optimize("O3"))) void AnchorMixRows(const float* ua, const float* ub,
+                                                     std::int64_t n, float ca, float cb,
+                                                     float* out) {
+  for (std::int64_t t = 0; t < n; ++t) out[t] = ca * ua[t] + cb * ub[t];
+}
+__attribute__((optimize("O3"))) void AnchorMixRowsAdd(const float* ua, const float* ub,
+                                                        std::int64_t n, float ca, float cb,
+                                                        float* out) {
+  for (std::int64_t t = 0; t < n; ++t) out[t] += ca * ua[t] + cb * ub[t];
 }
 
 // Version 2's persistent field: out[t] += cs * U(key ^ ss) + cq * U(sq + t*G).
@@ -328,9 +345,45 @@ ImportanceModel::ImportanceModel(const ProceduralParams& params, int layers, int
   phi_persist_ = std::acos(std::clamp(params_.persistent_corr, 0.0, 1.0));
 }
 
+std::size_t ImportanceModel::AnchorCache::bytes() const {
+  std::size_t b = 0;
+  for (const Row& r : rows_) b += r.unit.capacity() * sizeof(float);
+  return b;
+}
+
+const float* ImportanceModel::AnchorCache::Get(const ImportanceModel& m,
+                                               std::span<const std::uint32_t> keys,
+                                               std::uint64_t query_key, std::uint64_t anchor,
+                                               bool query, std::int64_t n) {
+  Row* row = nullptr;
+  for (Row& r : rows_) {
+    if (r.anchor == anchor && r.query == query) row = &r;
+  }
+  if (row == nullptr) {
+    row = &rows_.emplace_back();
+    row->anchor = anchor;
+    row->query = query;
+  }
+  if (std::int64_t(row->unit.size()) < n) {
+    row->unit.resize(static_cast<std::size_t>(n));
+    const std::uint64_t seed = m.params_.seed;
+    float* u = row->unit.data();
+    if (query) {
+      const std::uint32_t salt = Salt(seed, kTagQueryAnchor, anchor, query_key);
+      for (std::int64_t t = 0; t < n; ++t) {
+        u[t] = Unit(hash::Hash32(salt + static_cast<std::uint32_t>(t) * 0x9E3779B9u));
+      }
+    } else {
+      const std::uint32_t salt = Salt(seed, kTagStaticAnchor, anchor, 0);
+      for (std::int64_t t = 0; t < n; ++t) u[t] = Unit(hash::Hash32(keys[t] ^ salt));
+    }
+  }
+  return row->unit.data();
+}
+
 void ImportanceModel::Scores(std::span<const std::uint32_t> token_keys, std::uint64_t query_key,
                              int layer, std::span<const int> heads, std::int64_t n, float* out,
-                             std::int64_t prefix_tokens) const {
+                             std::int64_t prefix_tokens, AnchorCache* anchors) const {
   KVTIER_DCHECK(static_cast<std::int64_t>(token_keys.size()) >= n, "token keys too short");
   KVTIER_DCHECK(layer >= 0 && layer < layers_, "layer out of range");
   if (n <= 0) return;
@@ -360,12 +413,24 @@ void ImportanceModel::Scores(std::span<const std::uint32_t> token_keys, std::uin
   const double es = tail * std::sqrt((1 - w) * (1 - g)), eq = tail * std::sqrt((1 - w) * g);
   const std::uint64_t seed = params_.seed;
 
-  AnchorMixStatic(token_keys.data(), n, Salt(seed, kTagStaticAnchor, anchor, 0),
-                  Salt(seed, kTagStaticAnchor, anchor + 1, 0), float(cs * std::cos(a)),
-                  float(cs * std::sin(a)), common.data());
-  AnchorMixQuery(n, Salt(seed, kTagQueryAnchor, anchor, query_key),
-                 Salt(seed, kTagQueryAnchor, anchor + 1, query_key), float(cq * std::cos(a)),
-                 float(cq * std::sin(a)), common.data());
+  if (anchors != nullptr) {
+    // A row's buffer stays where it is when a later Get adds a row (moving a vector keeps its
+    // buffer), and Get only grows the row it returns.
+    const float* sa = anchors->Get(*this, token_keys, query_key, anchor, false, n);
+    const float* sb = anchors->Get(*this, token_keys, query_key, anchor + 1, false, n);
+    AnchorMixRows(sa, sb, n, float(cs * std::cos(a)), float(cs * std::sin(a)), common.data());
+    const float* qa = anchors->Get(*this, token_keys, query_key, anchor, true, n);
+    const float* qb = anchors->Get(*this, token_keys, query_key, anchor + 1, true, n);
+    AnchorMixRowsAdd(qa, qb, n, float(cq * std::cos(a)), float(cq * std::sin(a)),
+                     common.data());
+  } else {
+    AnchorMixStatic(token_keys.data(), n, Salt(seed, kTagStaticAnchor, anchor, 0),
+                    Salt(seed, kTagStaticAnchor, anchor + 1, 0), float(cs * std::cos(a)),
+                    float(cs * std::sin(a)), common.data());
+    AnchorMixQuery(n, Salt(seed, kTagQueryAnchor, anchor, query_key),
+                   Salt(seed, kTagQueryAnchor, anchor + 1, query_key), float(cq * std::cos(a)),
+                   float(cq * std::sin(a)), common.data());
+  }
   HeadRows(token_keys.data(), common.data(), n, query_key, layer, heads, es, eq, out);
 }
 
