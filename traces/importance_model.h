@@ -142,13 +142,39 @@ class ImportanceModel {
                                                std::size_t(params_.factors));
   }
 
+  // Version 1's anchor fields of one request, kept across its layers. Layer l mixes the
+  // anchors i and i+1 of the chain (l * acos(layer_corr) = i pi/2 + a), so with layer_corr 0.9
+  // each anchor serves about seven layers; its static and query rows (unit noise per token)
+  // are computed once per request instead of once per layer: 4 of version 1's 4 + 2 x heads
+  // hashes per token and layer become ~0.7 (a spec request probes 3 heads: 10 -> ~6.7). The
+  // scores are bit-identical with or without it (traces_anchor_cache_test). Belongs to one
+  // request (one token_keys, one query_key); Clear() it for another. Not thread-safe.
+  class AnchorCache {
+   public:
+    void Clear() { rows_.clear(); }
+    std::size_t bytes() const;
+
+   private:
+    friend class ImportanceModel;
+    struct Row {
+      std::uint64_t anchor = 0;
+      bool query = false;
+      std::vector<float> unit;  // Unit noise of tokens 0..unit.size()-1
+    };
+    // The row of (anchor, static or query) covering n tokens, computed if absent or short.
+    const float* Get(const ImportanceModel& m, std::span<const std::uint32_t> keys,
+                     std::uint64_t query_key, std::uint64_t anchor, bool query, std::int64_t n);
+    std::vector<Row> rows_;
+  };
+
   // Fills out[j * n + t] for j < heads.size(), t < n with the scores of tokens 0..n-1.
   // `prefix_tokens` (version 2's recency): the request's whole prefix length, of which the n
-  // tokens are the first; -1: token_keys.size().
+  // tokens are the first; -1: token_keys.size(). `anchors` (version 1; ignored by versions 2
+  // and 3): the request's AnchorCache, or nullptr to compute the anchor fields every call.
   // REQUIRES: token_keys.size() >= n; 0 <= layer < layers(); every head in [0, kv_heads()).
   void Scores(std::span<const std::uint32_t> token_keys, std::uint64_t query_key, int layer,
               std::span<const int> heads, std::int64_t n, float* out,
-              std::int64_t prefix_tokens = -1) const;
+              std::int64_t prefix_tokens = -1, AnchorCache* anchors = nullptr) const;
 
  private:
   ProceduralParams params_;

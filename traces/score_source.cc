@@ -79,6 +79,7 @@ void TraceScoreSource::AddEntry(RequestId id, ImportanceKind kind, std::uint64_t
                     : query_key;
   e.scores = std::move(scores);
   e.token_keys.clear();
+  e.anchors.Clear();
 }
 
 void TraceScoreSource::NoteContext(const Request& request) {
@@ -174,7 +175,7 @@ void TraceScoreSource::Scores(const Request& request, int layer, std::int64_t re
   KVTIER_CHECK(model != nullptr, "no importance model for this request");
   if (std::int64_t(e.token_keys.size()) < n) PrefixTokenKeys(request, &e.token_keys);
   model->Scores(e.token_keys, e.query_key, layer, kv_heads, n, out->data(),
-                request.prefix_tokens());
+                request.prefix_tokens(), &e.anchors);
 }
 
 }  // namespace kvtier

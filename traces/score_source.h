@@ -86,6 +86,7 @@ class TraceScoreSource : public ScoreSource {
     std::uint64_t query_key = 0;
     ExplicitScores scores;                 // explicit only
     std::vector<std::uint32_t> token_keys;  // procedural/none: computed on first use
+    ImportanceModel::AnchorCache anchors;   // procedural/none: version 1's anchor rows
   };
   void AddEntry(RequestId id, ImportanceKind kind, std::uint64_t query_key, ExplicitScores scores);
   void NoteContext(const Request& request);
