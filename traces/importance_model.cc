@@ -360,6 +360,10 @@ const float* ImportanceModel::AnchorCache::Get(const ImportanceModel& m,
     if (r.anchor == anchor && r.query == query) row = &r;
   }
   if (row == nullptr) {
+    // Layers come in ascending order, so anchors below anchor - 1 are done with (a layer
+    // asked for again later recomputes its row, the same values): memory for ~3 anchors, not
+    // ~14. Scores() holds a row of `anchor - 1` at most while it asks for `anchor`.
+    std::erase_if(rows_, [&](const Row& r) { return r.anchor + 1 < anchor; });
     row = &rows_.emplace_back();
     row->anchor = anchor;
     row->query = query;
