@@ -7,6 +7,7 @@
 #include "core/config.h"
 #include "core/schedule.h"
 #include "core/selector.h"
+#include "core/transfer_strategy.h"
 
 namespace kvtier {
 namespace {
@@ -55,7 +56,26 @@ constexpr KeySpec kKeys[] = {
      "fixed cost of issuing one transfer op (thread hand-off, submission); kvtier calibrate"},
     {"pcie.h2d_bw", K::kBandwidth, "25GB/s", nullptr, "pinned host-to-device bandwidth"},
     {"pcie.d2h_bw", K::kBandwidth, "25GB/s", nullptr, "device-to-host bandwidth"},
-    {"pcie.latency", K::kDuration, "10us", nullptr, "per-copy overhead (scattered copies cost more)"},
+    {"pcie.latency", K::kDuration, "10us", nullptr,
+     "cost of one DMA call (a cudaMemcpyAsync); per_row pays it per run of rows"},
+    // Transfer-strategy costs: cited public measurements (docs/transfer-strategies.md) until
+    // kvtier calibrate measures them.
+    {"pcie.batch_latency", K::kDuration, "2.3us", nullptr,
+     "cost of one batched-copy call (cudaMemcpyBatchAsync); ~one cudaMemcpyAsync issue "
+     "(FlexKV issue 193: 2.3 us on H20)"},
+    {"pcie.descriptor_cost", K::kDuration, "1.1us", nullptr,
+     "cost per descriptor inside a batched call: 2.3 us / ~2.1, the per-copy gain batching "
+     "measured (vLLM issue 40549: 5.5 vs 2.6 us; llm-d-kv-cache PR 607: 1.9-2.4x)"},
+    {"cpu.gather_run_cost", K::kDuration, "100ns", nullptr,
+     "CPU gather: cost per contiguous run of rows (one memcpy) beyond bytes / cpu.gather_bw "
+     "(61-141 ns measured on the build machine, docs/transfer-strategies.md)"},
+    {"gpu.gather_bw", K::kBandwidth, "25GB/s", nullptr,
+     "rate a device-gather kernel reads mapped pinned host memory (the op runs at the lower "
+     "of this and pcie.h2d_bw; a kernel is bounded by the link: A100 25.1 GB/s, nvbandwidth "
+     "issue 42)"},
+    {"gpu.gather_sm_share", K::kDouble, "0.06", nullptr,
+     "share by which compute overlapping a device gather is slowed, in [0, 1) (vLLM blog "
+     "2026-01-08: -6% throughput with the kernel path)"},
     {"gpu.name", K::kString, "", nullptr, "GPU model"},
     {"gpu.memory", K::kBytes, "80GiB", nullptr, "GPU memory"},
     {"gpu.flops", K::kRate, "312TFLOP/s", nullptr, "peak dense fp16 FLOP/s"},
@@ -90,6 +110,11 @@ constexpr KeySpec kKeys[] = {
      "(tokens kept with their mean importance as probability)"},
     {"cache.policy", K::kEnum, "lru", nullptr, "GPU/CPU cache ranking (core/cache_policy.h)",
      &CachePolicyChoices},
+    {"transfer.strategy", K::kEnum, "legacy", nullptr,
+     "how selected rows move to the GPU (core/transfer_strategy.h)", &TransferStrategyChoices},
+    {"transfer.ssd_read_unit", K::kEnum, "chunk", nullptr,
+     "what an SSD read fetches of a partly needed chunk (core/transfer_strategy.h)",
+     &SsdReadUnitChoices},
     {"cache.gpu_capacity", K::kBytes, "10GiB", nullptr, "GPU prefix-KV cache"},
     {"cache.cpu_capacity", K::kBytes, "32GiB", nullptr, "CPU prefix-KV cache"},
     {"cache.chunk_tokens", K::kInt, "64", nullptr, "tokens per chunk (unit of I/O and caching)"},

@@ -13,6 +13,15 @@ std::string_view TransferKindName(TransferKind kind) {
   return "?";
 }
 
+std::string_view CopyMethodName(CopyMethod method) {
+  switch (method) {
+    case CopyMethod::kDma: return "dma";
+    case CopyMethod::kBatched: return "batched";
+    case CopyMethod::kDeviceGather: return "device_gather";
+  }
+  return "?";
+}
+
 std::string_view PurposeName(Purpose purpose) {
   switch (purpose) {
     case Purpose::kProbe: return "probe";

@@ -80,11 +80,30 @@ enum class Purpose : std::uint8_t {
 };
 std::string_view PurposeName(Purpose purpose);  // "probe", "demand", ...
 
+// How an H2D or D2H crosses PCIe (transfer.strategy, core/transfer_strategy.h).
+enum class CopyMethod : std::uint8_t {
+  kDma,           // copy-engine copies, one call each (cudaMemcpyAsync): `ios` calls
+  kBatched,       // batched copy calls (cudaMemcpyBatchAsync): `ios` calls, `descriptors` in all
+  kDeviceGather,  // a GPU kernel reads mapped pinned host memory: `ios` launches copying
+                  // `descriptors` row runs
+};
+std::string_view CopyMethodName(CopyMethod method);  // "dma", "batched", "device_gather"
+
+// A byte range inside a chunk's stored bytes (an SSD extent read): 4 KiB aligned, offset and
+// length (core/transfer_strategy.h, AppendExtents).
+struct Extent {
+  Bytes offset = 0;
+  Bytes length = 0;
+  friend bool operator==(const Extent&, const Extent&) = default;
+};
+
 // One chunk inside an aggregated transfer.
 struct ChunkIo {
   ChunkId chunk;
   Bytes bytes = 0;              // bytes of this chunk moved by this op
   std::vector<std::uint16_t> rows;  // stored token rows selected (gathers, row copies); empty = all
+  // kSsdRead: the extents read (one I/O each); empty = the whole chunk.
+  std::vector<Extent> extents;
 };
 
 struct TransferOp {
@@ -93,8 +112,17 @@ struct TransferOp {
   RequestId request = 0;
   int layer = -1;               // -1: not tied to one layer
   Bytes bytes = 0;              // total bytes moved
-  std::uint32_t ios = 0;        // discrete I/Os or copies aggregated (>= 1 when bytes > 0)
+  // Discrete operations, each paying the per-op cost of its kind (>= 1 when bytes > 0):
+  // kSsdRead/kSsdWrite I/Os (chunks, or merged extents); H2D/D2H DMA calls (kDma), batched
+  // calls (kBatched) or kernel launches (kDeviceGather); kCpuGather contiguous runs memcpy'd.
+  std::uint32_t ios = 0;
   std::vector<ChunkIo> chunks;  // what moves (hw needs it; sim may ignore)
+  CopyMethod method = CopyMethod::kDma;  // H2D/D2H: how the bytes cross PCIe
+  // kBatched: descriptors in its call(s); kDeviceGather: row runs the kernel copies; else 0.
+  std::uint32_t descriptors = 0;
+  // H2D: the source is the rows the op's preceding kCpuGather laid out contiguously, one
+  // region per kind (staged_gather), not the chunks' own places in host memory.
+  bool staged = false;
 };
 
 // What a compute step is; the executor turns it into a duration (cost model, measured table,

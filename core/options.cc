@@ -99,6 +99,15 @@ HardwareOptions BuildHardwareOptions(const Config& c) {
   h.pcie_h2d_bw = Positive(c, "pcie.h2d_bw", c.GetBandwidth("pcie.h2d_bw"));
   h.pcie_d2h_bw = Positive(c, "pcie.d2h_bw", c.GetBandwidth("pcie.d2h_bw"));
   h.pcie_latency = c.GetDuration("pcie.latency");
+  h.pcie_batch_latency = c.GetDuration("pcie.batch_latency");
+  h.pcie_descriptor_cost = c.GetDuration("pcie.descriptor_cost");
+  h.cpu_gather_run_cost = c.GetDuration("cpu.gather_run_cost");
+  h.gpu_gather_bw = Positive(c, "gpu.gather_bw", c.GetBandwidth("gpu.gather_bw"));
+  h.gpu_gather_sm_share = c.GetDouble("gpu.gather_sm_share");
+  if (!(h.gpu_gather_sm_share >= 0 && h.gpu_gather_sm_share < 1)) {
+    throw ConfigError(c.Where("gpu.gather_sm_share") + ": must be in [0, 1), got " +
+                      c.GetString("gpu.gather_sm_share"));
+  }
   h.gpu_flops = Positive(c, "gpu.flops", c.GetRate("gpu.flops"));
   h.gpu_efficiency = c.GetDouble("gpu.efficiency");
   if (!(h.gpu_efficiency > 0 && h.gpu_efficiency <= 1)) {
@@ -164,6 +173,10 @@ SystemOptions BuildSystemOptions(const Config& c, const ModelSpec& model) {
     throw ConfigError(c.Where("reorder.min_gain") + ": must be in [0, 1]");
   }
   s.cache_policy = c.GetString("cache.policy");
+  s.transfer_strategy =
+      FindTransferStrategy(c.GetString("transfer.strategy"), c.Where("transfer.strategy"));
+  s.ssd_read_unit =
+      FindSsdReadUnit(c.GetString("transfer.ssd_read_unit"), c.Where("transfer.ssd_read_unit"));
   s.cache.gpu_capacity = c.GetBytes("cache.gpu_capacity");
   s.cache.cpu_capacity = c.GetBytes("cache.cpu_capacity");
   s.cache.history_weight = c.GetDouble("cache.history_weight");

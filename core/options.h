@@ -10,6 +10,7 @@
 #include "core/model_spec.h"
 #include "core/schedule.h"
 #include "core/tiered_cache.h"
+#include "core/transfer_strategy.h"
 
 namespace kvtier {
 
@@ -25,7 +26,14 @@ struct HardwareOptions {
   Seconds cpu_op_overhead = 0;     // per transfer op, before it starts (not per I/O)
   double pcie_h2d_bw = 25e9;
   double pcie_d2h_bw = 25e9;
-  Seconds pcie_latency = 10e-6;    // per copy
+  Seconds pcie_latency = 10e-6;    // per DMA call (one cudaMemcpyAsync)
+  // Transfer-strategy costs (core/transfer_strategy.h); defaults are cited public measurements
+  // (docs/transfer-strategies.md) until `kvtier calibrate` measures them.
+  Seconds pcie_batch_latency = 2.3e-6;    // per batched-copy call (cudaMemcpyBatchAsync)
+  Seconds pcie_descriptor_cost = 1.1e-6;  // per descriptor inside a batched call
+  Seconds cpu_gather_run_cost = 100e-9;   // per contiguous run memcpy'd by a CPU gather
+  double gpu_gather_bw = 25e9;            // bytes/s a gather kernel reads mapped host memory at
+  double gpu_gather_sm_share = 0.06;      // slowdown of compute overlapping a device gather
   double gpu_flops = 312e12;       // peak
   double gpu_efficiency = 0.6;
   double gpu_mem_bw = 2e12;
@@ -53,6 +61,8 @@ struct SystemOptions {
   double reorder_history_weight = 0.8;
   double reorder_min_gain = 0.2;     // share of expected touched chunks a repack must save
   std::string cache_policy = "lru";
+  TransferStrategy transfer_strategy = TransferStrategy::kLegacy;  // transfer.strategy
+  SsdReadUnit ssd_read_unit = SsdReadUnit::kChunk;                 // transfer.ssd_read_unit
   TieredCacheOptions cache;          // capacities, history weight
   int chunk_tokens = 64;
   bool store_new = true;
