@@ -301,10 +301,11 @@ void LoadPlanner::Plan(int layer, KvKind kind, const Selection& sel, bool demand
 
   thread_local std::vector<CacheMove> moves;
   thread_local std::vector<std::uint16_t> missing_rows;
+  thread_local std::vector<Extent> extents;
   const bool detail = run_.options().chunk_detail;
-  auto to_vector = [](std::span<const std::uint16_t> r) {
-    return std::vector<std::uint16_t>(r.begin(), r.end());
-  };
+  const TransferStrategy strategy = run_.system().transfer_strategy;
+  const bool extent_reads = run_.system().ssd_read_unit == SsdReadUnit::kExtent;
+  group->from_ssd.from_ssd = true;
   for (std::size_t s = 0; s < nslots; ++s) {
     if (count[s] == 0) continue;
     const std::span<const std::uint16_t> r(rows_base + offset[s], count[s]);
@@ -342,14 +343,15 @@ void LoadPlanner::Plan(int layer, KvKind kind, const Selection& sel, bool demand
       if (pre->source == Source::kCpu) ++group->cpu_hits;
       if (pre->op != kNoOp) group->prefetch_deps.push_back(pre->op);
       if (!pre->all_rows && pre->source != Source::kGpuHit) {
+        // Rows the prefetch missed come from CPU memory, moved by the strategy like any
+        // CPU-cached rows.
         missing_rows.clear();
-        const std::size_t missing =
-            Missing(r, current_.RowsOf(*pre), detail ? &missing_rows : nullptr);
+        const std::size_t missing = Missing(r, current_.RowsOf(*pre), &missing_rows);
         if (missing > 0) {
           const Bytes extra = need_bytes[s] * Bytes(missing) / Bytes(r.size());
-          group->h2d_from_cpu.bytes += extra;
-          ++group->h2d_from_cpu.ios;
-          if (detail) group->h2d_from_cpu.chunks.push_back({id, extra, missing_rows});
+          AddRows(strategy,
+                  {id, kind, missing_rows, CountRuns(missing_rows), extra, chunk_bytes, false},
+                  detail, &group->from_cpu);
         }
       }
     } else if (tier == Tier::kGpu) {
@@ -358,23 +360,31 @@ void LoadPlanner::Plan(int layer, KvKind kind, const Selection& sel, bool demand
     } else if (tier == Tier::kCpu) {
       source = Source::kCpu;
       if (demand) ++group->cpu_hits;
-      group->h2d_from_cpu.bytes += move_bytes;
-      ++group->h2d_from_cpu.ios;
-      if (detail) group->h2d_from_cpu.chunks.push_back({id, move_bytes, to_vector(r)});
+      AddRows(strategy, {id, kind, r, whole ? 1 : CountRuns(r), move_bytes, chunk_bytes, whole},
+              detail, &group->from_cpu);
     } else {
       source = Source::kSsd;
       ++group->ssd_reads;
-      group->ssd_read.bytes += chunk_bytes;
-      ++group->ssd_read.ios;
-      if (detail) group->ssd_read.chunks.push_back({id, chunk_bytes, {}});
-      if (partial) {
-        group->gather.bytes += move_bytes;
-        ++group->gather.ios;
-        if (detail) group->gather.chunks.push_back({id, move_bytes, to_vector(r)});
+      // Extents only for a demand read of a partly needed chunk that this access leaves on
+      // the SSD: a chunk the cache admits must be whole in memory, and a prefetched chunk's
+      // demand access (which may admit it) comes a layer later.
+      bool admitted = false;
+      if (extent_reads && demand && partial) {
+        for (const CacheMove& m : moves) admitted |= m.chunk == id && m.from == Tier::kSsd;
       }
-      group->h2d_from_ssd.bytes += move_bytes;
-      ++group->h2d_from_ssd.ios;
-      if (detail) group->h2d_from_ssd.chunks.push_back({id, move_bytes, to_vector(r)});
+      if (extent_reads && demand && partial && !admitted) {
+        extents.clear();
+        const Bytes read = AppendExtents(r, token_bytes, chunk_bytes, &extents);
+        group->ssd_read.bytes += read;
+        group->ssd_read.ios += std::max<std::uint32_t>(1, std::uint32_t(extents.size()));
+        if (detail) group->ssd_read.chunks.push_back({id, read, {}, extents});
+      } else {
+        group->ssd_read.bytes += chunk_bytes;
+        ++group->ssd_read.ios;
+        if (detail) group->ssd_read.chunks.push_back({id, chunk_bytes, {}, {}});
+      }
+      AddRows(strategy, {id, kind, r, whole ? 1 : CountRuns(r), move_bytes, chunk_bytes, whole},
+              detail, &group->from_ssd);
     }
 
     if (!demand) {
@@ -397,13 +407,13 @@ void LoadPlanner::Plan(int layer, KvKind kind, const Selection& sel, bool demand
         const Bytes rest = m.chunk == id && m.bytes > move_bytes ? m.bytes - move_bytes
                            : m.chunk == id ? 0 : m.bytes;
         group->promote_bytes += rest;
-        if (detail && rest > 0) group->promote_chunks.push_back({m.chunk, rest, {}});
+        if (detail && rest > 0) group->promote_chunks.push_back({m.chunk, rest, {}, {}});
       } else if (m.to == Tier::kCpu) {
         executor.OnResident(Tier::kCpu, m.chunk);
         if (m.from == Tier::kGpu) {
           executor.OnEvicted(Tier::kGpu, m.chunk);
           group->demote_bytes += m.bytes;
-          if (detail) group->demote_chunks.push_back({m.chunk, m.bytes, {}});
+          if (detail) group->demote_chunks.push_back({m.chunk, m.bytes, {}, {}});
         }
       } else {
         executor.OnEvicted(m.from, m.chunk);
@@ -427,42 +437,39 @@ void LoadPlanner::Plan(int layer, KvKind kind, const Selection& sel, bool demand
 void LoadPlanner::Submit(Group& g, Purpose purpose, int layer, std::vector<OpId> after,
                          const std::vector<OpId>* after_read, OpId* read_op) {
   g.terminal.clear();
-  OpId read = kNoOp, gather = kNoOp;
-  if (g.ssd_read.bytes > 0) {
-    TransferOp op = std::move(g.ssd_read);
-    op.kind = TransferKind::kSsdRead;
+  const TransferStrategy strategy = run_.system().transfer_strategy;
+  auto submit = [&](TransferOp& from, TransferKind kind, std::vector<OpId> deps) {
+    TransferOp op = std::move(from);
+    op.kind = kind;
     op.purpose = purpose;
     op.request = run_.id();
     op.layer = layer;
-    read = run_.SubmitTransfer(std::move(op), after_read ? *after_read : after, false);
+    return run_.SubmitTransfer(std::move(op), std::move(deps), false);
+  };
+  OpId read = kNoOp;
+  if (g.ssd_read.bytes > 0) {
+    read = submit(g.ssd_read, TransferKind::kSsdRead, after_read ? *after_read : after);
   }
   if (read_op != nullptr) *read_op = read;
-  if (g.gather.bytes > 0) {
-    TransferOp op = std::move(g.gather);
-    op.kind = TransferKind::kCpuGather;
-    op.purpose = purpose;
-    op.request = run_.id();
-    op.layer = layer;
-    gather = run_.SubmitTransfer(std::move(op), {read}, false);
+  // Rows just read: gathered (staged_gather) once the read is in, then copied.
+  if (!g.from_ssd.empty()) {
+    FinishOps(strategy, &g.from_ssd);
+    OpId before = read;
+    if (g.from_ssd.gather.bytes > 0) {
+      before = submit(g.from_ssd.gather, TransferKind::kCpuGather, {read});
+    }
+    g.terminal.push_back(submit(g.from_ssd.h2d, TransferKind::kH2D, {before}));
   }
-  if (g.h2d_from_ssd.bytes > 0) {
-    TransferOp op = std::move(g.h2d_from_ssd);
-    op.kind = TransferKind::kH2D;
-    op.purpose = purpose;
-    op.request = run_.id();
-    op.layer = layer;
-    g.terminal.push_back(
-        run_.SubmitTransfer(std::move(op), {gather != kNoOp ? gather : read}, false));
-  }
-  if (g.h2d_from_cpu.bytes > 0) {
-    TransferOp op = std::move(g.h2d_from_cpu);
-    op.kind = TransferKind::kH2D;
-    op.purpose = purpose;
-    op.request = run_.id();
-    op.layer = layer;
+  // Rows in CPU memory (and rows a prefetch missed, once the prefetch is in): after `after`.
+  if (!g.from_cpu.empty()) {
+    FinishOps(strategy, &g.from_cpu);
     std::vector<OpId> deps = after;
     deps.insert(deps.end(), g.prefetch_deps.begin(), g.prefetch_deps.end());
-    g.terminal.push_back(run_.SubmitTransfer(std::move(op), deps, false));
+    if (g.from_cpu.gather.bytes > 0) {
+      const OpId gather = submit(g.from_cpu.gather, TransferKind::kCpuGather, deps);
+      deps.assign(1, gather);
+    }
+    g.terminal.push_back(submit(g.from_cpu.h2d, TransferKind::kH2D, deps));
   } else {
     g.terminal.insert(g.terminal.end(), g.prefetch_deps.begin(), g.prefetch_deps.end());
   }
@@ -494,7 +501,7 @@ std::vector<OpId> LoadPlanner::Prefetch(int layer, KvKind kind, const Selection&
   Plan(layer, kind, sel, /*demand=*/false, &g);
   // Which terminal op brings each source's chunks.
   OpId from_ssd_op = kNoOp, from_cpu_op = kNoOp;
-  const bool has_ssd = g.h2d_from_ssd.bytes > 0, has_cpu = g.h2d_from_cpu.bytes > 0;
+  const bool has_ssd = !g.from_ssd.empty(), has_cpu = !g.from_cpu.empty();
   OpId read = kNoOp;
   const std::vector<OpId> reads_before = *reads;
   Submit(g, purpose, layer, after, &reads_before, &read);

@@ -5,12 +5,16 @@
 // it is the one submission path for every schedule's loads:
 //
 //   Plan(layer, kind, selection, demand) -> cache accesses and the plan of a Group
-//   Submit(group)                        -> at most four aggregated transfers
-//       ssd_read      whole chunks missing from GPU and CPU memory   (SSD -> CPU)
-//       gather        the needed rows of chunks only partly needed   (CPU -> CPU, after the read)
-//       h2d_from_ssd  the needed rows of what was read               (CPU -> GPU)
-//       h2d_from_cpu  the needed rows of CPU-cached chunks, and rows a prefetch missed
-//     plus the cache's promotions and demotions as background transfers (demote, then promote).
+//   Submit(group)                        -> at most five aggregated transfers
+//       ssd_read      chunks missing from GPU and CPU memory (SSD -> CPU): whole chunks, or
+//                     with transfer.ssd_read_unit = extent the extents holding the needed rows
+//                     of a demand-read chunk the cache does not admit
+//       from_ssd      the needed rows of what was read               (CPU -> GPU)
+//       from_cpu      the needed rows of CPU-cached chunks, and rows a prefetch missed
+//     where each of from_ssd and from_cpu is the ops of the system's transfer.strategy
+//     (core/transfer_strategy.h: an H2D, after a CPU gather for staged_gather), plus the
+//     cache's promotions and demotions as background whole-chunk transfers (demote, then
+//     promote).
 //
 // A demand plan is a use of the chunk (one TieredCache::Access, SPEC §IV-D2): it decides the
 // source and may move chunks between tiers. A prefetch plan only looks the chunk up (and pins
@@ -32,6 +36,7 @@
 #include "core/radix_tree.h"
 #include "core/selection.h"
 #include "core/tiered_cache.h"
+#include "core/transfer_strategy.h"
 
 namespace kvtier {
 
@@ -39,9 +44,10 @@ class RequestRun;
 
 class LoadPlanner {
  public:
-  // Loads of one or more (layer, kind) needs, aggregated per source into at most four ops.
+  // Loads of one or more (layer, kind) needs, aggregated per source into at most five ops.
   struct Group {
-    TransferOp ssd_read, gather, h2d_from_ssd, h2d_from_cpu;
+    TransferOp ssd_read;
+    RowOps from_ssd, from_cpu;  // per source: the strategy's gather and H2D
     std::vector<OpId> prefetch_deps;     // prefetch transfers the group relies on
     std::vector<std::uint32_t> fetched;  // prefetch: slots entered in the prefetch table
     Bytes promote_bytes = 0, demote_bytes = 0;

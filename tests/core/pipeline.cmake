@@ -12,3 +12,7 @@ kvtier_add_test(NAME executor_wrapper_test SOURCES executor_wrapper_test.cc LIBS
 target_compile_definitions(executor_wrapper_test PRIVATE
                            KVTIER_TEST_SOURCE_DIR="${PROJECT_SOURCE_DIR}")  # configs/systems
 kvtier_add_test(NAME op_graph_test SOURCES op_graph_test.cc LIBS kvtier_core LABELS unit contract)
+kvtier_add_test(NAME transfer_strategy_test SOURCES transfer_strategy_test.cc LIBS kvtier_testutil
+                LABELS unit contract)
+target_compile_definitions(transfer_strategy_test PRIVATE
+                           KVTIER_TEST_SOURCE_DIR="${PROJECT_SOURCE_DIR}")  # configs/systems
