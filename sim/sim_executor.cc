@@ -36,6 +36,7 @@ struct SimExecutor::Impl {
     bool is_transfer = false;
     bool background = false;  // store/reorder SSD traffic: capped at ssd.background_share
     bool in_overhead = false;  // running the cpu.op_overhead delay that precedes the transfer
+    bool device_gather = false;  // an H2D kDeviceGather: slows the GPU while it runs
     TransferKind kind = TransferKind::kSsdRead;
     double amount = 0;  // payload bytes (transfers, latency included) or flops (execs)
     Seconds submit_s = 0, start_s = 0, end_s = 0;
@@ -51,6 +52,16 @@ struct SimExecutor::Impl {
   std::vector<sg4::ActivityPtr> running;  // actor mode: what the pump waits on
   std::vector<OpId> running_ids;
   std::uint64_t* activities = nullptr;
+  // Device gathers whose transfer is running. While there is one, the `gpu` host runs at its
+  // second pstate, 1 - gpu.gather_sm_share: compute overlapping a gather kernel shares the SMs
+  // with it (transfer.strategy = device_gather), for exactly the overlap.
+  int gathers_running = 0;
+  void GatherStarted() {
+    if (gathers_running++ == 0) gpu->set_pstate(1);
+  }
+  void GatherEnded() {
+    if (--gathers_running == 0) gpu->set_pstate(0);
+  }
 
   // Maestro mode (Run with one driving body, see sim_executor.h). The body runs in maestro;
   // activities started from maestro complete through Activity::on_completion at their finish
@@ -137,7 +148,8 @@ void SimExecutor::Impl::BuildPlatform() {
   // flops = seconds. One core whatever gpu.concurrent_prefills says: concurrent prefills'
   // compute steps share the GPU's throughput fairly (two at once each take twice as long);
   // what concurrency buys is one request's I/O overlapping another's compute.
-  gpu = zone->create_host("gpu", 1.0);
+  // pstate 1: the speed left to compute while a device gather runs (GatherStarted).
+  gpu = zone->create_host("gpu", std::vector<double>{1.0, 1.0 - hw.gpu_gather_sm_share});
   dispatch = zone->create_host("dispatch", 1.0);  // flops = seconds
   dispatch->set_core_count(1 << 20);
   auto* ssd_read = zone->create_link("ssd_read", hw.ssd_read_bw);
@@ -200,6 +212,7 @@ void SimExecutor::Impl::StartActivity(OpId id) {
       case TransferKind::kD2H: from = gpu, to = cpu; break;
       case TransferKind::kCpuGather: break;
     }
+    if (op.device_gather) GatherStarted();
     sg4::CommPtr comm = sg4::Comm::sendto_init(from, to);  // notes P2: keep the Ptr
     comm->set_payload_size(static_cast<std::uint64_t>(std::llround(op.amount)));
     act = comm;
@@ -283,7 +296,9 @@ void SimExecutor::Impl::RunEngine(double until) {
 }
 
 void SimExecutor::Impl::Finish(OpId id) {
-  At(id).end_s = sg4::Engine::get_clock();
+  Op& op = At(id);
+  op.end_s = sg4::Engine::get_clock();
+  if (op.device_gather && op.amount > 0) GatherEnded();
   graph.Complete(id, [this](OpId d) { Start(d); });
 }
 
@@ -493,7 +508,7 @@ OpId SimExecutor::Submit(TransferOp op, std::span<const OpId> after) {
   rec.kind = op.kind;
   rec.background = op.purpose == Purpose::kStore || op.purpose == Purpose::kReorder;
   const double ios = std::max<double>(1, op.ios);
-  double bw = 1, latency = 0;
+  double bw = 1, latency = 0, payload = double(op.bytes);
   switch (op.kind) {
     case TransferKind::kSsdRead:
       bw = hw.ssd_read_bw;
@@ -504,18 +519,32 @@ OpId SimExecutor::Submit(TransferOp op, std::span<const OpId> after) {
       latency = std::ceil(ios / hw.ssd_queue_depth) * hw.ssd_latency;
       break;
     case TransferKind::kH2D:
-      bw = hw.pcie_h2d_bw;
-      latency = ios * hw.pcie_latency;
-      break;
     case TransferKind::kD2H:
-      bw = hw.pcie_d2h_bw;
-      latency = ios * hw.pcie_latency;
+      bw = op.kind == TransferKind::kH2D ? hw.pcie_h2d_bw : hw.pcie_d2h_bw;
+      switch (op.method) {
+        case CopyMethod::kDma:  // one pcie.latency per DMA call
+          latency = ios * hw.pcie_latency;
+          break;
+        case CopyMethod::kBatched:  // per call, plus per descriptor inside the calls
+          latency = ios * hw.pcie_batch_latency + double(op.descriptors) * hw.pcie_descriptor_cost;
+          break;
+        case CopyMethod::kDeviceGather:
+          // A kernel reading mapped host memory: bytes / min(link, kernel read rate) plus one
+          // launch per kernel, on the link. The payload is scaled so that, alone, the comm
+          // takes exactly that; the `gpu` host slows while it runs (GatherStarted).
+          rec.device_gather = true;
+          latency = ios * hw.gpu_kernel_overhead;
+          payload *= bw / std::min(bw, hw.gpu_gather_bw);
+          break;
+      }
       break;
     case TransferKind::kCpuGather:
+      // flops = bytes on the `cpu` host: bytes / cpu.gather_bw + one memcpy per run.
       bw = hw.cpu_gather_bw;
+      latency = double(op.ios) * hw.cpu_gather_run_cost;
       break;
   }
-  rec.amount = op.bytes == 0 ? 0 : double(op.bytes) + latency * bw;
+  rec.amount = op.bytes == 0 ? 0 : payload + latency * bw;
   return impl_->Add(std::move(rec), after);
 }
 

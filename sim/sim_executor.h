@@ -10,8 +10,16 @@
 //                   The host has one core: compute steps of concurrent prefills share its
 //                   throughput fairly (k at once each progress at 1/k of the speed).
 // Per-I/O costs are charged as equivalent bytes on the same resource, so they also occupy it
-// under contention: an SSD op of `ios` I/Os at queue depth QD costs ceil(ios/QD) * ssd.latency,
-// a PCIe op `ios` * pcie.latency. Alone, an op of b bytes takes exactly b/bw + that latency.
+// under contention. Alone, an op of b bytes takes exactly b/bw + its per-op cost:
+//   SSD read/write  ceil(ios/QD) * ssd.latency (ios = chunks or merged extents, QD ssd.queue_depth)
+//   H2D/D2H kDma    ios * pcie.latency (one per DMA call)
+//   kBatched        ios * pcie.batch_latency + descriptors * pcie.descriptor_cost
+//   kDeviceGather   b / min(pcie.h2d_bw, gpu.gather_bw) + ios * gpu.kernel_overhead, on the
+//                   H2D link; while it runs the `gpu` host runs at 1 - gpu.gather_sm_share
+//                   (a second pstate), so compute overlapping it for d seconds ends
+//                   d * gpu.gather_sm_share later (the kernel shares the SMs)
+//   CPU gather      b / cpu.gather_bw + ios * cpu.gather_run_cost (one memcpy per run)
+// (docs/transfer-strategies.md gives the strategies' op counts and the cited defaults.)
 // Concurrent activities share resources max-min fairly (CM02, no cross-traffic, no TCP gamma:
 // notes/simgrid-3.32 P12), which is how prefetch, background writes and demand loads contend.
 //

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/transfer_strategy.h"
 #include "models/cost_model.h"
 
 namespace kvtier::sim {
@@ -34,6 +35,7 @@ HardwareOptions Hw() {
   h.pcie_d2h_bw = 25e9;
   h.pcie_latency = 0;
   h.cpu_gather_bw = 8e9;
+  h.cpu_gather_run_cost = 0;  // gathers cost bytes only here (StrategyHw below sets it)
   return h;
 }
 
@@ -193,6 +195,128 @@ TEST(SimExecutorGolden, IdleUntilLetsBackgroundWorkFinish) {
   EXPECT_FALSE(done_before);
   EXPECT_TRUE(done_after);
   EXPECT_DOUBLE_EQ(now, 0.5);
+}
+
+// ---- transfer strategies (core/transfer_strategy.h): one op each, times by hand ------------
+//
+// The load: rows {0,1,2,5,6} of a K chunk and {3,4} of a V chunk, 8 rows of 1 KiB per chunk:
+// 3 runs, 7168 B needed, 16384 B of whole chunks. Costs: pcie 25 GB/s, 2 us per DMA call,
+// 2.3 us per batched call + 1.1 us per descriptor, CPU gather 8 GB/s + 100 ns per run, a gather
+// kernel reading host memory at 20 GB/s with a 20 us launch, 6% of the SMs.
+HardwareOptions StrategyHw() {
+  HardwareOptions h = Hw();
+  h.pcie_latency = 2e-6;
+  h.pcie_batch_latency = 2.3e-6;
+  h.pcie_descriptor_cost = 1.1e-6;
+  h.cpu_gather_bw = 8e9;
+  h.cpu_gather_run_cost = 100e-9;
+  h.gpu_gather_bw = 20e9;
+  h.gpu_kernel_overhead = 20e-6;
+  h.gpu_gather_sm_share = 0.06;
+  return h;
+}
+
+RowOps StrategyOps(TransferStrategy s) {
+  static const std::vector<std::uint16_t> a = {0, 1, 2, 5, 6}, b = {3, 4};
+  RowOps o;
+  AddRows(s, {ChunkId::Make(1, KvKind::kKey, 0, 0), KvKind::kKey, a, 2, 5 * 1024, 8192, false},
+          false, &o);
+  AddRows(s, {ChunkId::Make(1, KvKind::kValue, 0, 0), KvKind::kValue, b, 1, 2 * 1024, 8192,
+              false},
+          false, &o);
+  FinishOps(s, &o);
+  o.gather.kind = TransferKind::kCpuGather;
+  o.h2d.kind = TransferKind::kH2D;
+  return o;
+}
+
+// The end of the strategy's ops for the load above, submitted alone at time 0.
+Seconds StrategyEnd(TransferStrategy s) {
+  SimExecutor ex(Model(), StrategyHw());
+  RowOps o = StrategyOps(s);
+  Seconds end = -1;
+  ex.Run([&] {
+    std::vector<OpId> after;
+    if (o.gather.bytes > 0) after.push_back(ex.Submit(o.gather, {}));
+    const OpId h2d = ex.Submit(o.h2d, after);
+    ex.Wait(h2d);
+    for (OpId id : after) ex.Retire(id);
+    end = ex.Retire(h2d).end_s;
+  });
+  return end;
+}
+
+TEST(SimExecutorGolden, PerRowPaysOneDmaCallPerRun) {
+  // 7168 B / 25 GB/s = 0.28672 us, + 3 runs * 2 us.
+  EXPECT_NEAR(StrategyEnd(TransferStrategy::kPerRow), 0.28672e-6 + 6e-6, 1e-12);
+}
+
+TEST(SimExecutorGolden, PerChunkMovesWholeChunksOneDmaEach) {
+  // 16384 B / 25 GB/s = 0.65536 us, + 2 chunks * 2 us.
+  EXPECT_NEAR(StrategyEnd(TransferStrategy::kPerChunk), 0.65536e-6 + 4e-6, 1e-12);
+}
+
+TEST(SimExecutorGolden, StagedGatherGathersRunsThenOneDmaPerKind) {
+  // Gather: 7168 B / 8 GB/s = 0.896 us + 3 runs * 100 ns = 1.196 us; then the copy:
+  // 0.28672 us + 2 regions (K, V) * 2 us = 4.28672 us.
+  EXPECT_NEAR(StrategyEnd(TransferStrategy::kStagedGather), 1.196e-6 + 4.28672e-6, 1e-12);
+}
+
+TEST(SimExecutorGolden, BatchedPaysOneCallAndEachDescriptor) {
+  // 0.28672 us + 1 call * 2.3 us + 3 descriptors * 1.1 us.
+  EXPECT_NEAR(StrategyEnd(TransferStrategy::kBatched), 0.28672e-6 + 2.3e-6 + 3.3e-6, 1e-12);
+}
+
+TEST(SimExecutorGolden, DeviceGatherReadsAtTheSlowerOfLinkAndKernel) {
+  // 7168 B / min(25, 20) GB/s = 0.3584 us, + one 20 us launch.
+  EXPECT_NEAR(StrategyEnd(TransferStrategy::kDeviceGather), 0.3584e-6 + 20e-6, 1e-12);
+}
+
+TEST(SimExecutorGolden, ExtentReadPaysOneIoPerMergedExtent) {
+  // Rows {0-3, 10, 12, 40} of a 64 KiB chunk of 1 KiB rows: extents [0, 4K), [8K, 16K),
+  // [40K, 44K) (core/transfer_strategy_test), 16384 B in 3 I/Os: one wave at QD 32.
+  std::vector<Extent> extents;
+  const std::vector<std::uint16_t> rows = {0, 1, 2, 3, 10, 12, 40};
+  const Bytes bytes = AppendExtents(rows, 1024, 65536, &extents);
+  ASSERT_EQ(extents.size(), 3u);
+  SimExecutor ex(Model(), Hw());
+  OpTimes t;
+  ex.Run([&] {
+    OpId id = ex.Submit(Xfer(TransferKind::kSsdRead, bytes, std::uint32_t(extents.size())), {});
+    ex.Wait(id);
+    t = ex.Retire(id);
+  });
+  EXPECT_NEAR(t.end_s, 80e-6 + 16384 / 5e9, 1e-12);  // 83.2768 us
+}
+
+TEST(SimExecutorGolden, DeviceGatherSlowsOverlappingComputeByItsSmShare) {
+  // A compute step of C seconds and the device gather above (G = 20.3584 us) start together:
+  // for G the compute runs at 1 - 0.06, then at full speed, so it ends at
+  // G + (C - 0.94 G) = C + 0.06 G. The gather itself is not slowed, and compute that starts
+  // after it ends is not slowed either.
+  ModelSpec m = Model();
+  const HardwareOptions hw = StrategyHw();
+  SimExecutor ex(m, hw);
+  ComputeOp op;
+  op.kind = ComputeKind::kLayerPrefill;
+  op.layer = 0;
+  op.new_tokens = 1000;
+  op.context_tokens = 3000;
+  const Seconds c = ComputeSeconds(m, hw, op);  // ~0.3 ms
+  const Seconds g = 0.3584e-6 + 20e-6;
+  ASSERT_GT(c, g);
+  OpTimes gather, overlapped, after;
+  ex.Run([&] {
+    const RowOps o = StrategyOps(TransferStrategy::kDeviceGather);
+    OpId x = ex.Submit(o.h2d, {});
+    OpId y = ex.Submit(op, {});
+    OpId z = ex.Submit(op, std::vector<OpId>{y});
+    ex.Wait(z);
+    gather = ex.Retire(x), overlapped = ex.Retire(y), after = ex.Retire(z);
+  });
+  EXPECT_NEAR(gather.end_s, g, 1e-12);
+  EXPECT_NEAR(overlapped.end_s, c + 0.06 * g, 1e-12);
+  EXPECT_NEAR(after.end_s - after.start_s, c, 1e-12);
 }
 
 }  // namespace
