@@ -196,8 +196,9 @@ class SqliteRunLog : public RunLog {
     s.BindStatic(base + 4, TierName(r.src)).BindStatic(base + 5, TierName(r.dst));
     s.BindStatic(base + 6, TransferKindName(r.kind)).BindStatic(base + 7, PurposeName(r.purpose));
     s.Bind(base + 8, (long long)r.bytes).Bind(base + 9, (long long)r.ios);
-    s.Bind(base + 10, r.submit_s).Bind(base + 11, r.start_s).Bind(base + 12, r.end_s);
-    s.BindStatic(base + 13, TransferOutcomeName(r.outcome));
+    s.BindStatic(base + 10, CopyMethodName(r.method)).Bind(base + 11, (long long)r.descriptors);
+    s.Bind(base + 12, r.submit_s).Bind(base + 13, r.start_s).Bind(base + 14, r.end_s);
+    s.BindStatic(base + 15, TransferOutcomeName(r.outcome));
   }
   // Inserts `rows` kRowsPerInsert at a time through `many`, the rest one by one through `one`
   // (a multi-row INSERT runs the statement machinery once per group: SQLite was 17% of
@@ -224,7 +225,7 @@ class SqliteRunLog : public RunLog {
     for (int r = 0; r < rows; ++r) sql += (r == 0 ? "" : ",") + group;
     return sql;
   }
-  static constexpr int kLayerColumns = 13, kTransferColumns = 13;
+  static constexpr int kLayerColumns = 13, kTransferColumns = 15;
   static constexpr int kRowsPerInsert = 32;
 
   void InsertDecision(const DecisionRecord& r) {

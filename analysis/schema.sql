@@ -78,6 +78,8 @@ CREATE TABLE IF NOT EXISTS transfers (
   purpose    TEXT NOT NULL,      -- probe | demand | prefetch | cake_load | store | reorder | promote | demote
   bytes      INTEGER NOT NULL,
   ios        INTEGER NOT NULL,
+  method     TEXT NOT NULL DEFAULT 'dma',  -- dma | batched | device_gather (h2d/d2h; else dma)
+  descriptors INTEGER NOT NULL DEFAULT 0,  -- batched: descriptors; device_gather: row runs
   submit_s   REAL NOT NULL,
   start_s    REAL NOT NULL,
   end_s      REAL NOT NULL,

@@ -71,7 +71,7 @@ void Pipeline::StoreNewPrefix(RequestRun& rs, OpId after) {
       for (KvKind kind : layout_.kinds()) {
         const Bytes b = layout_.ChunkBytes(*seg, c, kind);
         bytes += b;
-        if (options_.chunk_detail) chunks.push_back({ChunkId::Make(segment, kind, l, c), b, {}});
+        if (options_.chunk_detail) chunks.push_back({ChunkId::Make(segment, kind, l, c), b, {}, {}});
       }
     }
   }
@@ -147,7 +147,7 @@ void Pipeline::MaybeReorder(RequestId request) {
           const Bytes b = layout_.ChunkBytes(*old, c, kind);
           read.bytes += b;
           ++read.ios;
-          if (options_.chunk_detail) read.chunks.push_back({id, b, {}});
+          if (options_.chunk_detail) read.chunks.push_back({id, b, {}, {}});
           const Tier tier = cache_->Where(id);
           if (tier == Tier::kSsd) continue;
           cached.push_back({id, tier});
@@ -187,7 +187,7 @@ void Pipeline::MaybeReorder(RequestId request) {
           write.bytes += b;
           ++write.ios;
           if (options_.chunk_detail) {
-            write.chunks.push_back({ChunkId::Make(new_id, kind, l, c), b, {}});
+            write.chunks.push_back({ChunkId::Make(new_id, kind, l, c), b, {}, {}});
           }
         }
       }
@@ -223,6 +223,7 @@ Bytes SettleTransfer(const OpTimes& t, TransferRecord* tr) {
     tr->outcome = TransferOutcome::kAborted;
     tr->bytes = 0;
     tr->ios = 0;
+    tr->descriptors = 0;
   } else {
     tr->outcome = TransferOutcome::kFailed;
     tr->bytes = std::min(planned, t.failed_moved_bytes);

@@ -58,6 +58,8 @@ OpId RequestRun::SubmitTransfer(TransferOp op, std::vector<OpId> after, bool bac
   tr.purpose = op.purpose;
   tr.bytes = op.bytes;
   tr.ios = op.ios;
+  tr.method = op.method;
+  tr.descriptors = op.descriptors;
   switch (op.kind) {
     case TransferKind::kSsdRead: rec.ssd_read_bytes += op.bytes; break;
     case TransferKind::kSsdWrite: rec.ssd_write_bytes += op.bytes; break;

@@ -86,6 +86,8 @@ struct TransferRecord {
   Purpose purpose = Purpose::kDemand;
   Bytes bytes = 0;                   // moved (kFailed: before the failure; kAborted: 0)
   std::uint32_t ios = 0;             // I/Os or copies it was made of (kAborted: 0)
+  CopyMethod method = CopyMethod::kDma;  // TransferOp::method
+  std::uint32_t descriptors = 0;         // TransferOp::descriptors (kAborted: 0)
   Seconds submit_s = 0;
   Seconds start_s = 0;
   Seconds end_s = 0;

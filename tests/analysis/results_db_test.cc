@@ -189,7 +189,8 @@ TEST_F(ResultsDbTest, EveryViewExcludesIncompleteRuns) {
                "INSERT INTO layers VALUES (" + id + ", " + std::to_string(q) +
                ", 0, 0.5, 0.4, 0, 3, 1, 1, 1, 0, 0.1, 0);"
                "INSERT INTO transfers VALUES (" + id + ", " + std::to_string(q) +
-               ", 0, 'ssd', 'cpu', 'ssd_read', 'demand', 100, 1, 0, 0, 0.1, 'ok');";
+               ", 0, 'ssd', 'cpu', 'ssd_read', 'demand', 100, 1, 'dma', 0, 0, 0, 0.1, "
+               "'ok');";
       }
       sql += "INSERT INTO accuracy (run_id, task, selector, alpha, retention, items, correct, "
              "accuracy, first_token_agreement, mean_kept_fraction, itf_fallback_rate) VALUES (" +
@@ -304,9 +305,9 @@ TEST_F(RunEndingsTest, TransfersAreLoggedWithHowTheyEnded) {
 TEST_F(ResultsDbTest, SchemaTextIsPinnedToItsVersion) {
   // Files of one version must have one schema: a change of schema.sql or views.sql must come
   // with a new kResultsSchemaVersion (and its text's hash here).
-  EXPECT_EQ(kResultsSchemaVersion, 1);
+  EXPECT_EQ(kResultsSchemaVersion, 2);
   EXPECT_EQ(Sha256(std::string(kResultsSchemaSql) + kResultsViewsSql),
-            "519a1f90fd1cc15f9321a5e79506085f16d60841afdd6a8c08a76d5b6316227f")
+            "538b04d189751c15bc1103e158a02c19072a59dbfef29acd198c89b101359a72")
       << "analysis/schema.sql or views.sql changed: bump kResultsSchemaVersion in "
          "analysis/results_db.h and pin the new hash here";
 }
