@@ -102,6 +102,27 @@ __global__ void GatherRowsKernel(ChunkedKvLayout l, const float* const* chunks,
   for (int f = threadIdx.x; f < l.row_floats; f += blockDim.x) dst[f] = ok ? src[f] : NAN;
 }
 
+// Device gather (transfer.strategy = device_gather): block b copies runs b, b + gridDim.x, ...
+// Its threads stride over the run in 16-byte words when dst, src and the length are 16-byte
+// aligned (rows of fp16 KV usually are), else in bytes. `runs` and each run's `src` may be
+// mapped pinned host memory: every load is then a PCIe read, which is the transfer.
+__global__ void GatherRunsKernel(const CopyRun* runs, int64_t n) {
+  for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+    const CopyRun r = runs[i];
+    const uint64_t align = reinterpret_cast<uint64_t>(r.dst) | reinterpret_cast<uint64_t>(r.src) |
+                           r.bytes;
+    if ((align & 15u) == 0) {
+      uint4* d = static_cast<uint4*>(r.dst);
+      const uint4* s = static_cast<const uint4*>(r.src);
+      for (uint64_t w = threadIdx.x; w < r.bytes / 16; w += blockDim.x) d[w] = s[w];
+    } else {
+      unsigned char* d = static_cast<unsigned char*>(r.dst);
+      const unsigned char* s = static_cast<const unsigned char*>(r.src);
+      for (uint64_t b = threadIdx.x; b < r.bytes; b += blockDim.x) d[b] = s[b];
+    }
+  }
+}
+
 // One block per (q token, head), threads over head_dim: out = probs row . V.
 __global__ void ProbsTimesVKernel(AttentionShape s, const float* probs, const float* v,
                                   float* out) {
@@ -176,6 +197,17 @@ Status GatherRowsCuda(const ChunkedKvLayout& l, const float* const* chunks, cons
   if (n == 0) return Status::OK();
   GatherRowsKernel<<<n, kThreads, 0, stream>>>(l, chunks, tokens, out);
   return LaunchStatus("GatherRowsCuda");
+}
+
+Status GatherRunsCuda(const CopyRun* runs, int64_t n, cudaStream_t stream) {
+  if (n < 0 || (n > 0 && runs == nullptr)) {
+    return Status::InvalidArgument("GatherRunsCuda: bad runs");
+  }
+  if (n == 0) return Status::OK();
+  // A block per run up to 65,535 blocks (more runs are grid-strided): one launch either way.
+  const unsigned blocks = static_cast<unsigned>(n < 65535 ? n : 65535);
+  GatherRunsKernel<<<blocks, kThreads, 0, stream>>>(runs, n);
+  return LaunchStatus("GatherRunsCuda");
 }
 
 Status AttentionCuda(const AttentionShape& s, const float* q, const float* k, const float* v,

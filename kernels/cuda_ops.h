@@ -38,4 +38,12 @@ Status AttentionCuda(const AttentionShape& shape, const float* q, const float* k
 Status LowBitKeyScoresCuda(const LowBitKeyShape& shape, const uint32_t* codes, const float* scale,
                            const float* zero, const float* q, float* scores, cudaStream_t stream);
 
+// (f) Device gather of row runs (CopyRun): `runs` is an array of `n` runs that the device can
+// read (device memory, or mapped pinned host memory through its device pointer); each run's
+// `src` is readable by the device (mapped pinned host memory: the zero-copy read that makes
+// this a host-to-device transfer) and its `dst` is device memory. One launch for all runs: a
+// block per run (grid-strided), 16-byte words when a run's pointers and length allow, bytes
+// otherwise. Runs must not overlap. InvalidArgument for n < 0 or null `runs` with n > 0.
+Status GatherRunsCuda(const CopyRun* runs, int64_t n, cudaStream_t stream);
+
 }  // namespace kvtier::kernels

@@ -119,4 +119,15 @@ KVTIER_HOST_DEVICE inline bool RanksBefore(float a, int32_t i, float b, int32_t 
   return a > b || (a == b && i < j);
 }
 
+
+// One contiguous run of a row gather (transfer.strategy = device_gather): `bytes` bytes from
+// `src` to `dst`. The kernel (kernels/cuda_ops.h GatherRunsCuda) reads `src` from mapped
+// (zero-copy) pinned host memory through its device pointer and writes device memory; the CPU
+// reference (GatherRunsRef) memcpy's the same runs, which is what the host backend does.
+struct CopyRun {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  uint64_t bytes = 0;
+};
+
 }  // namespace kvtier::kernels

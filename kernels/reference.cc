@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -152,6 +153,20 @@ Status GemmRef(int32_t m, int32_t n, int32_t k, const float* a, const float* b, 
       }
       c[int64_t{i} * n + j] = acc;
     }
+  }
+  return Status::OK();
+}
+
+Status GatherRunsRef(const CopyRun* runs, int64_t n) {
+  if (n < 0 || (n > 0 && runs == nullptr)) return Status::InvalidArgument("GatherRunsRef: bad runs");
+  for (int64_t i = 0; i < n; ++i) {
+    const CopyRun& r = runs[i];
+    if (r.bytes == 0) continue;
+    if (r.dst == nullptr || r.src == nullptr) {
+      return Status::InvalidArgument("GatherRunsRef: run " + std::to_string(i) +
+                                     " has a null pointer");
+    }
+    std::memcpy(r.dst, r.src, r.bytes);
   }
   return Status::OK();
 }

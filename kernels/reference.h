@@ -36,6 +36,10 @@ Status LowBitKeyScoresRef(const LowBitKeyShape& shape, const uint32_t* codes, co
 // LowBitKeyShape word layout. InvalidArgument for a bad shape or a code out of range.
 Status PackLowBitCodes(const LowBitKeyShape& shape, const uint8_t* codes, uint32_t* packed);
 
+// (f) The device gather's runs (CopyRun), each a memcpy of `bytes` from src to dst, in order.
+// InvalidArgument when a run of > 0 bytes has a null pointer. Runs must not overlap.
+Status GatherRunsRef(const CopyRun* runs, int64_t n);
+
 // C[m][n] = A[m][k] * B, with B stored [k][n], or [n][k] when `transpose_b` (a weight matrix
 // applied as x W^T). For projections / FFN in the host backend.
 Status GemmRef(int32_t m, int32_t n, int32_t k, const float* a, const float* b, bool transpose_b,
