@@ -4,18 +4,29 @@
 // event per clock reset (notes/hw-path.md 6.5.3). Plain C++ against the CUDA runtime API: built
 // only when kvtier is built with CUDA (hw/CMakeLists.txt), no nvcc needed for this file.
 // No device-wide synchronisation: each call waits on its own event (or stream) only.
+//
+// Transfer strategies (docs/hw-mode.md): a batched copy is one cudaMemcpyBatchAsync (the CUDA 13
+// signature: no failIdx argument, unlike the 12.8 documentation); a device gather is one launch
+// of kernels/ GatherRunsCuda over descriptors in mapped pinned memory, reading the rows through
+// the device pointers of the host arenas, which are registered mapped. NEITHER HAS RUN: no GPU
+// was available when they were written; they compile against the installed CUDA 13 headers
+// and their tests (tests/hw/cuda_strategies_test.cc) skip without a device.
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "hw/device_backend.h"
 #include "hw/posix_util.h"
 #include "kernels/cublas_gemm.h"
+#include "kernels/cuda_ops.h"
+#include "kernels/layout.h"
 
 namespace kvtier::hw {
 
@@ -41,6 +52,7 @@ class CudaBackend : public DeviceBackend {
   ~CudaBackend() override {
     gemm_.reset();
     if (scratch_ != nullptr) cudaFree(scratch_);
+    if (runs_ != nullptr) cudaFreeHost(runs_);
     if (anchor_ != nullptr) cudaEventDestroy(anchor_);
     for (cudaStream_t s : {h2d_, d2h_, compute_}) {
       if (s != nullptr) cudaStreamDestroy(s);
@@ -63,10 +75,19 @@ class CudaBackend : public DeviceBackend {
   Status AllocateHost(const HostArenaOptions& options, std::unique_ptr<HostArena>* out) override {
     std::unique_ptr<HostArena> arena;
     KVTIER_RETURN_IF_ERROR(HostArena::Create(options, &arena));
+    // Mapped too: a device gather kernel reads the rows through the arena's device pointer.
     KVTIER_RETURN_IF_ERROR(CudaStatus(
-        cudaHostRegister(arena->base(), arena->size_bytes(), cudaHostRegisterPortable),
+        cudaHostRegister(arena->base(), arena->size_bytes(),
+                         cudaHostRegisterPortable | cudaHostRegisterMapped),
         "host arena: cudaHostRegister " + std::to_string(arena->size_bytes()) + " bytes"));
     arena->SetPinned([](std::byte* base) { cudaHostUnregister(base); });
+    void* dev = nullptr;
+    KVTIER_RETURN_IF_ERROR(CudaStatus(cudaHostGetDevicePointer(&dev, arena->base(), 0),
+                                      "host arena: cudaHostGetDevicePointer"));
+    {
+      std::lock_guard<std::mutex> l(mapped_mu_);
+      mapped_.push_back({arena->base(), arena->size_bytes(), static_cast<std::byte*>(dev)});
+    }
     *out = std::move(arena);
     return Status::OK();
   }
@@ -105,6 +126,62 @@ class CudaBackend : public DeviceBackend {
       status = CudaStatus(cudaMemcpyAsync(p.dst, p.src, p.bytes, kind, stream), what);
     }
     status = timed.End(std::move(status), what, when);  // this op's event only
+    if (release) release();
+    return status;
+  }
+
+  // One cudaMemcpyBatchAsync on the H2D stream, a descriptor per piece; the sources are pinned
+  // arenas accessed in stream order.
+  Status CopyBatched(std::span<const CopyPiece> pieces, const std::function<void()>& release,
+                     Interval* when) override {
+    const std::string what = "batched H2D copy failed";
+    std::vector<void*> dsts;
+    std::vector<const void*> srcs;
+    std::vector<std::size_t> sizes;
+    for (const CopyPiece& p : pieces) {
+      if (p.bytes == 0) continue;
+      dsts.push_back(p.dst);
+      srcs.push_back(p.src);
+      sizes.push_back(p.bytes);
+    }
+    Timed timed(this, h2d_);
+    Status status = timed.Begin(what);
+    if (status.ok() && !dsts.empty()) {
+      cudaMemcpyAttributes attr{};
+      attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+      std::size_t attr_index = 0;
+      // CUDA 13: (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, stream).
+      status = CudaStatus(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(),
+                                               dsts.size(), &attr, &attr_index, 1, h2d_),
+                          what);
+    }
+    status = timed.End(std::move(status), what, when);
+    if (release) release();
+    return status;
+  }
+
+  // One GatherRunsCuda launch on the H2D stream: the runs' sources become device pointers of
+  // the mapped arenas, the descriptors go to mapped pinned memory the kernel reads directly.
+  Status DeviceGather(std::span<const CopyPiece> pieces, const std::function<void()>& release,
+                      Interval* when) override {
+    const std::string what = "device gather failed";
+    Status status = EnsureRuns(pieces.size());
+    std::int64_t n = 0;
+    for (const CopyPiece& p : pieces) {
+      if (!status.ok()) break;
+      if (p.bytes == 0) continue;
+      const std::byte* src = DevicePointerOf(p.src, p.bytes);
+      if (src == nullptr) {
+        status = Status::InvalidArgument(
+            "device gather: a source is not in a mapped pinned host arena of this backend");
+        break;
+      }
+      runs_[n++] = kernels::CopyRun{p.dst, src, p.bytes};
+    }
+    Timed timed(this, h2d_);
+    if (status.ok()) status = timed.Begin(what);
+    if (status.ok()) status = kernels::GatherRunsCuda(runs_device_, n, h2d_);
+    status = timed.End(std::move(status), what, when);
     if (release) release();
     return status;
   }
@@ -217,6 +294,36 @@ class CudaBackend : public DeviceBackend {
     Seconds start_fallback_ = 0;
   };
 
+  // The device pointer of host memory [p, p + bytes) inside a mapped arena, or null.
+  const std::byte* DevicePointerOf(const std::byte* p, Bytes bytes) {
+    std::lock_guard<std::mutex> l(mapped_mu_);
+    for (auto it = mapped_.rbegin(); it != mapped_.rend(); ++it) {  // the latest mapping wins
+      if (p >= it->host && p + bytes <= it->host + it->bytes) return it->device + (p - it->host);
+    }
+    return nullptr;
+  }
+
+  // Room for `n` run descriptors in mapped pinned memory (H2D lane only).
+  Status EnsureRuns(std::size_t n) {
+    if (n <= runs_capacity_) return Status::OK();
+    if (runs_ != nullptr) cudaFreeHost(runs_);
+    runs_ = nullptr;
+    runs_device_ = nullptr;
+    runs_capacity_ = 0;
+    const std::size_t want = std::max<std::size_t>(n, 1024);
+    void* host = nullptr;
+    KVTIER_RETURN_IF_ERROR(CudaStatus(
+        cudaHostAlloc(&host, want * sizeof(kernels::CopyRun), cudaHostAllocMapped),
+        "device gather: cudaHostAlloc of the run descriptors"));
+    runs_ = static_cast<kernels::CopyRun*>(host);
+    void* dev = nullptr;
+    KVTIER_RETURN_IF_ERROR(CudaStatus(cudaHostGetDevicePointer(&dev, host, 0),
+                                      "device gather: cudaHostGetDevicePointer"));
+    runs_device_ = static_cast<const kernels::CopyRun*>(dev);
+    runs_capacity_ = want;
+    return Status::OK();
+  }
+
   float* Scratch(std::size_t floats) {
     if (floats > scratch_floats_) {
       if (scratch_ != nullptr) cudaFree(scratch_);
@@ -238,6 +345,18 @@ class CudaBackend : public DeviceBackend {
   std::unique_ptr<kernels::CublasGemm> gemm_;
   float* scratch_ = nullptr;  // compute lane only
   std::size_t scratch_floats_ = 0;
+  // Host arenas registered mapped: host base, size, device pointer (device gather sources).
+  struct Mapped {
+    std::byte* host;
+    Bytes bytes;
+    std::byte* device;
+  };
+  std::mutex mapped_mu_;
+  std::vector<Mapped> mapped_;
+  // Run descriptors of the device gather in mapped pinned memory (H2D lane only).
+  kernels::CopyRun* runs_ = nullptr;
+  const kernels::CopyRun* runs_device_ = nullptr;
+  std::size_t runs_capacity_ = 0;
 };
 
 }  // namespace

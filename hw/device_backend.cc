@@ -17,15 +17,30 @@ std::string_view ComputeModeName(ComputeMode m) {
   return m == ComputeMode::kReal ? "real" : "modeled";
 }
 
-Bytes AppendRowPieces(const std::byte* src, Bytes src_bytes, std::span<const std::uint16_t> rows,
-                      Bytes row_stride, Bytes row_bytes, std::byte* dst, Bytes dst_bytes,
+std::uint32_t CountRowRuns(std::span<const std::uint16_t> rows) {
+  std::uint32_t runs = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (i == 0 || rows[i] != std::uint32_t(rows[i - 1]) + 1) ++runs;
+  }
+  return runs;
+}
+
+Bytes AppendRunPieces(const std::byte* src, Bytes src_bytes, std::span<const std::uint16_t> rows,
+                      Bytes row_stride, Bytes bytes, std::byte* dst, Bytes dst_bytes,
                       std::vector<CopyPiece>* pieces) {
+  const std::size_t n = rows.size();
+  // Where row i's share of `bytes` ends (shares differ by at most one byte; they sum to bytes).
+  auto end_of = [&](std::size_t i) { return Bytes((unsigned __int128)bytes * i / n); };
   Bytes out = 0;
-  for (std::uint16_t r : rows) {
-    const Bytes off = Bytes(r) * row_stride;
-    if (off + row_bytes > src_bytes || out + row_bytes > dst_bytes) break;
-    pieces->push_back({dst + out, src + off, row_bytes});
-    out += row_bytes;
+  std::size_t first = 0;
+  for (std::size_t i = 1; i <= n; ++i) {
+    if (i < n && rows[i] == std::uint32_t(rows[i - 1]) + 1) continue;  // the run goes on
+    const Bytes run = end_of(i) - end_of(first);
+    const Bytes off = Bytes(rows[first]) * row_stride;
+    if (off + run > src_bytes || out + run > dst_bytes) break;
+    pieces->push_back({dst + out, src + off, run});
+    out += run;
+    first = i;
   }
   return out;
 }

@@ -7,9 +7,14 @@
 //   memory      host arenas (pinned with cudaHostRegister on cuda, so an H2D copy from a slot
 //               is a DMA) and device arenas (one cudaMalloc on cuda; on host a separate
 //               mapping standing in for device memory, never one small hot buffer: notes 2.5);
-//   copies      H2D / D2H of a list of pieces -- one per chunk, or one per row for a
-//               row-scattered copy -- on the direction's stream: memcpy paced to the
-//               configured link on host, cudaMemcpyAsync on a dedicated stream on cuda;
+//   copies      H2D / D2H of a list of pieces -- one per chunk, one per run of rows, or one
+//               per kind of a staged (gathered) layer -- on the direction's stream: memcpy
+//               paced to the configured link on host, cudaMemcpyAsync on a dedicated stream
+//               on cuda, one DMA call per piece (transfer.strategy, docs/hw-mode.md);
+//   batched     H2D of many pieces in ONE call, a descriptor per piece: cudaMemcpyBatchAsync
+//               on cuda; on host the same pieces memcpy'd, paced as the simulator charges it;
+//   device      H2D of many row runs by ONE gather kernel reading mapped (zero-copy) pinned
+//   gather      host memory on cuda; on host the same runs memcpy'd, paced as charged;
 //   gathers     selected rows of chunks in host memory into a contiguous buffer (both
 //               backends gather on the CPU: the rows are in host memory);
 //   compute     one ComputeOp: the cost model's duration slept (`modeled`) or Eigen at the
@@ -23,9 +28,9 @@
 // hw/cuda_backend.cc only when kvtier is built with CUDA (hw/no_cuda_backend.cc otherwise).
 //
 // Thread safety: a backend serves one HwExecutor. Allocation, WriteDevice and OnClockReset are
-// called during setup, with no lane running; then Copy(kHostToDevice), Copy(kDeviceToHost),
-// Gather and Compute are each called from their own lane thread, one call at a time per
-// lane, concurrently across lanes.
+// called during setup, with no lane running; then Copy(kHostToDevice), CopyBatched and
+// DeviceGather (the H2D lane), Copy(kDeviceToHost), Gather and Compute are each called from
+// their own lane thread, one call at a time per lane, concurrently across lanes.
 
 #include <atomic>
 #include <cstddef>
@@ -87,12 +92,20 @@ struct CopyPiece {
   Bytes bytes = 0;
 };
 
-// The pieces of a row-scattered copy: row r of a chunk is `row_bytes` bytes at r * row_stride
-// of `src` (`src_bytes` long); rows go back to back from `dst` (`dst_bytes` of room). Appends
-// one piece per row to *pieces, stopping at the first row that does not fit in the source or
-// the destination, and returns the bytes the appended pieces cover.
-Bytes AppendRowPieces(const std::byte* src, Bytes src_bytes, std::span<const std::uint16_t> rows,
-                      Bytes row_stride, Bytes row_bytes, std::byte* dst, Bytes dst_bytes,
+// Runs of rows (DESIGN-14): a run is a maximal sequence of consecutive stored rows in the
+// order given (rows r, r+1, r+2, ...); a chunk's sorted rows split into runs at every gap, and a
+// whole chunk is one run. The simulator charges per run; hw issues one piece per run.
+std::uint32_t CountRowRuns(std::span<const std::uint16_t> rows);
+
+// The pieces of `rows` of one chunk, one per run: row r starts at r * row_stride of `src`
+// (`src_bytes` long); the runs go back to back from `dst` (`dst_bytes` of room). `bytes` (the
+// op's bytes of this chunk: the rows' bytes, less than rows x stride when only some heads of a
+// row are selected) is shared among the rows evenly -- row i of n ends at floor((i + 1) x
+// bytes / n) -- so the pieces cover exactly `bytes`, each run copying its rows' share from its
+// first row's offset. Appends one piece per run to *pieces, stopping at the first run that
+// does not fit in the source or the destination; returns the bytes the appended pieces cover.
+Bytes AppendRunPieces(const std::byte* src, Bytes src_bytes, std::span<const std::uint16_t> rows,
+                      Bytes row_stride, Bytes bytes, std::byte* dst, Bytes dst_bytes,
                       std::vector<CopyPiece>* pieces);
 
 struct DeviceBackendOptions {
@@ -136,8 +149,25 @@ class DeviceBackend {
   virtual Status Copy(CopyDirection direction, std::span<const CopyPiece> pieces,
                       std::uint32_t copies, const std::function<void()>& release,
                       Interval* when) = 0;
-  // Copies `pieces` (host memory to host memory: selected rows into a gather buffer) and
-  // returns when they are in place.
+  // Copies `pieces` host to device in ONE batched-copy call on the H2D stream, one descriptor
+  // per piece (cudaMemcpyBatchAsync; the order of the pieces inside the batch is not
+  // guaranteed, so pieces must not overlap). On host: the pieces memcpy'd, and (pace_pcie) the
+  // call lasts at least bytes / pcie.h2d_bw + pcie.batch_latency + pieces x
+  // pcie.descriptor_cost, the simulator's charge for one batched call. `release` and *when as
+  // for Copy.
+  virtual Status CopyBatched(std::span<const CopyPiece> pieces,
+                             const std::function<void()>& release, Interval* when) = 0;
+  // Copies `pieces` (row runs) host to device with ONE gather kernel on the H2D stream that
+  // reads the sources as mapped (zero-copy) pinned host memory. REQUIRES (cuda): every source
+  // lies in a host arena this backend allocated (those are mapped), else InvalidArgument. On
+  // host: the runs memcpy'd, and (pace_pcie) the call lasts at least bytes / min(pcie.h2d_bw,
+  // gpu.gather_bw) + gpu.kernel_overhead, the simulator's charge; modeled compute that runs
+  // while it does is slowed by gpu.gather_sm_share of the overlap (the kernel's SM use).
+  // `release` and *when as for Copy.
+  virtual Status DeviceGather(std::span<const CopyPiece> pieces,
+                              const std::function<void()>& release, Interval* when) = 0;
+  // Copies `pieces` (host memory to host memory: selected rows into a gather buffer, one
+  // memcpy per piece) and returns when they are in place.
   virtual Status Gather(std::span<const CopyPiece> pieces) = 0;
   // Runs one compute step and returns when it is over, with *when.
   virtual Status Compute(const ComputeOp& op, Interval* when) = 0;
@@ -169,6 +199,14 @@ class DeviceBackendWrapper : public DeviceBackend {
   Status Copy(CopyDirection direction, std::span<const CopyPiece> pieces, std::uint32_t copies,
               const std::function<void()>& release, Interval* when) override {
     return target_->Copy(direction, pieces, copies, release, when);
+  }
+  Status CopyBatched(std::span<const CopyPiece> pieces, const std::function<void()>& release,
+                     Interval* when) override {
+    return target_->CopyBatched(pieces, release, when);
+  }
+  Status DeviceGather(std::span<const CopyPiece> pieces, const std::function<void()>& release,
+                      Interval* when) override {
+    return target_->DeviceGather(pieces, release, when);
   }
   Status Gather(std::span<const CopyPiece> pieces) override { return target_->Gather(pieces); }
   Status Compute(const ComputeOp& op, Interval* when) override {

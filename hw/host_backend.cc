@@ -1,9 +1,16 @@
 // The host backend (hw/device_backend.h): no GPU. "Device memory" is a separate host mapping,
 // a copy is a memcpy paced to the configured link, compute is the cost model's duration slept
 // or Eigen at the model's shapes (hw/host_compute.h). Developers' machines and CI run this.
+// The GPU-only transfer strategies are emulated: a batched copy and a device gather memcpy the
+// same descriptors the CUDA calls would get, paced to what the simulator charges for the one
+// call (sim/sim_executor.cc), and a device gather slows modeled compute that overlaps it by
+// gpu.gather_sm_share of the overlap, as the simulator does.
 
+#include <algorithm>
 #include <cstring>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <utility>
 
 #include "core/check.h"
@@ -63,6 +70,52 @@ class HostBackend : public DeviceBackend {
     return Status::OK();
   }
 
+  // One cudaMemcpyBatchAsync stands for the pieces: charged once per call plus per descriptor.
+  Status CopyBatched(std::span<const CopyPiece> pieces, const std::function<void()>& release,
+                     Interval* when) override {
+    const std::int64_t start_ns = MonotonicNowNs();
+    when->start_s = clock_->ToSeconds(start_ns);
+    const Bytes moved = CopyOnHostCounted(pieces);
+    if (release) release();
+    if (options_.pace_pcie) {
+      const HardwareOptions& hw = options_.hardware;
+      const double min_s = double(moved) / hw.pcie_h2d_bw + hw.pcie_batch_latency +
+                           double(pieces.size()) * hw.pcie_descriptor_cost;
+      SleepUntilNs(start_ns + std::int64_t(min_s * 1e9));
+    }
+    when->end_s = clock_->Now();
+    return Status::OK();
+  }
+
+  // One gather kernel stands for the runs: it reads host memory at min(link, kernel) rate and
+  // pays one launch. While it runs, modeled compute is slowed (Compute below).
+  Status DeviceGather(std::span<const CopyPiece> pieces, const std::function<void()>& release,
+                      Interval* when) override {
+    const std::int64_t start_ns = MonotonicNowNs();
+    when->start_s = clock_->ToSeconds(start_ns);
+    {
+      std::lock_guard<std::mutex> l(gather_mu_);
+      gather_active_ns_ = start_ns;
+    }
+    const Bytes moved = CopyOnHostCounted(pieces);
+    if (release) release();
+    if (options_.pace_pcie) {
+      const HardwareOptions& hw = options_.hardware;
+      const double bw = std::min(hw.pcie_h2d_bw, hw.gpu_gather_bw);
+      const double min_s = double(moved) / bw + hw.gpu_kernel_overhead;
+      SleepUntilNs(start_ns + std::int64_t(min_s * 1e9));
+    }
+    const std::int64_t end_ns = MonotonicNowNs();
+    {
+      std::lock_guard<std::mutex> l(gather_mu_);
+      gather_active_ns_ = -1;
+      gathers_.push_back({start_ns, end_ns});
+      if (gathers_.size() > kKeptGathers) gathers_.pop_front();
+    }
+    when->end_s = clock_->ToSeconds(end_ns);
+    return Status::OK();
+  }
+
   Status Gather(std::span<const CopyPiece> pieces) override {
     CopyOnHost(pieces);
     return Status::OK();
@@ -74,8 +127,20 @@ class HostBackend : public DeviceBackend {
     if (real_) {
       real_->Run(op);
     } else {
-      const Seconds d = options_.timer->OpSeconds(op);
-      SleepUntilNs(start_ns + std::int64_t(d * 1e9));
+      // The modeled duration, stretched by gpu.gather_sm_share of the time a device gather ran
+      // beside it (the kernel takes SMs from the compute): re-checked after each sleep, since
+      // the stretch may meet a later gather.
+      const std::int64_t d_ns = std::int64_t(options_.timer->OpSeconds(op) * 1e9);
+      const double share = options_.hardware.gpu_gather_sm_share;
+      std::int64_t end_ns = start_ns + d_ns;
+      while (true) {
+        SleepUntilNs(end_ns);
+        if (share <= 0) break;
+        const std::int64_t want =
+            start_ns + d_ns + std::int64_t(share * double(GatherOverlapNs(start_ns, end_ns)));
+        if (want <= end_ns) break;
+        end_ns = want;
+      }
     }
     when->end_s = clock_->Now();
     return Status::OK();
@@ -84,6 +149,32 @@ class HostBackend : public DeviceBackend {
   Status OnClockReset() override { return Status::OK(); }  // host timestamps are the clock's
 
  private:
+  static Bytes CopyOnHostCounted(std::span<const CopyPiece> pieces) {
+    Bytes moved = 0;
+    for (const CopyPiece& p : pieces) moved += p.bytes;
+    CopyOnHost(pieces);
+    return moved;
+  }
+
+  // Nanoseconds of [begin, end) during which a device gather ran (one at a time: H2D lane).
+  std::int64_t GatherOverlapNs(std::int64_t begin, std::int64_t end) {
+    std::lock_guard<std::mutex> l(gather_mu_);
+    std::int64_t overlap = 0;
+    auto add = [&](std::int64_t b, std::int64_t e) {
+      overlap += std::max<std::int64_t>(0, std::min(e, end) - std::max(b, begin));
+    };
+    for (const auto& [b, e] : gathers_) add(b, e);
+    if (gather_active_ns_ >= 0) add(gather_active_ns_, MonotonicNowNs());
+    return overlap;
+  }
+
+  // Device gathers that ran (monotonic ns), the latest kKeptGathers: a compute step overlaps
+  // only the few around it.
+  static constexpr std::size_t kKeptGathers = 256;
+  std::mutex gather_mu_;
+  std::deque<std::pair<std::int64_t, std::int64_t>> gathers_;
+  std::int64_t gather_active_ns_ = -1;  // start of the one running, -1: none
+
   DeviceBackendOptions options_;
   const HostClock* clock_;
   std::unique_ptr<HostCompute> real_;  // compute = real

@@ -172,6 +172,37 @@ Status CheckChunkContent(ChunkId id, Bytes length, const std::byte* data, bool f
   return Status::OK();
 }
 
+Status CheckChunkRange(ChunkId id, Bytes length, const std::byte* chunk, Bytes begin, Bytes end,
+                       bool full) {
+  end = std::min(end, length);
+  if (begin >= end) return Status::OK();
+  if (!full) end = std::min(end, begin + 16);  // the range's first words: a cheap check
+  const std::uint64_t seed = Mix(id.value);
+  const Bytes words = length / 8;
+  auto expected = [&](Bytes i) {  // byte i of FillChunkContent(id, length)
+    if (i >= words * 8) return std::byte(seed >> (8 * (i % 8)));
+    const Bytes w = i / 8;
+    const std::uint64_t v = w == 0 ? id.value : w == 1 ? length : seed ^ (w * 0xD6E8FEB86659FD93ull);
+    return std::byte(v >> (8 * (i % 8)));
+  };
+  for (Bytes i = begin; i < end; ++i) {
+    if (i % 8 == 0 && i + 8 <= end && i / 8 >= 2 && i / 8 < words) {
+      // Whole words past the header: compare a word at a time.
+      std::uint64_t got;
+      std::memcpy(&got, chunk + i, 8);
+      if (got == (seed ^ ((i / 8) * 0xD6E8FEB86659FD93ull))) {
+        i += 7;
+        continue;
+      }
+    }
+    if (chunk[i] != expected(i)) {
+      return Status::IoError(DescribeChunk(id) + ": content check failed at byte " +
+                             std::to_string(i) + " (extent read)");
+    }
+  }
+  return Status::OK();
+}
+
 // ---- implementation ---------------------------------------------------------------------------
 
 struct HwExecutor::Impl {
@@ -379,15 +410,21 @@ struct HwExecutor::Impl {
 
   void IssueRead(const OpPtr& op) {
     op->times.start_s = Now();
+    // One read request each: a whole chunk, an extent of a chunk (ssd_read_unit = extent), or
+    // a slot-sized piece of a bytes-only read.
     struct Piece {
       ChunkId id;
       ChunkLocation loc;
-      std::byte* dst;
+      std::byte* dst;  // where the chunk's byte 0 goes (an extent lands at dst + begin)
       bool have_loc;
       Bytes bytes;  // of the op's bytes: counted as moved once this piece is read intact
       Ring* ring = nullptr;  // a staging destination: overwritten if the ring wrapped past it
       std::uint64_t stamp = 0;
       std::int64_t cpu_slot = -1;  // a CPU-cache slot destination, held until the check
+      Bytes begin = 0, length = 0;  // the extent read (length 0: the whole chunk)
+      // Extents of one chunk still in flight: the last one releases the CPU slot.
+      std::shared_ptr<std::atomic<int>> chunk_left{};
+      Status error{};  // a piece that cannot be read (not stored, an extent out of range)
     };
     std::vector<Piece> pieces;
     if (op->t.chunks.empty()) {
@@ -433,8 +470,32 @@ struct HwExecutor::Impl {
           p.stamp = dst.stamp;
           host_loc[c.chunk] = dst;
           gathered_loc.erase(c.chunk);
+        } else {
+          p.error = Status::NotFound(DescribeChunk(c.chunk) + ": not in the chunk store " +
+                                     store->data_path());
         }
-        pieces.push_back(p);
+        if (c.extents.empty() || !p.have_loc) {
+          pieces.push_back(std::move(p));
+          continue;
+        }
+        // One read per extent; the chunk's bytes shared among them (they sum to c.bytes).
+        const std::size_t k = c.extents.size();
+        p.chunk_left = std::make_shared<std::atomic<int>>(int(k));
+        for (std::size_t i = 0; i < k; ++i) {
+          const Extent& e = c.extents[i];
+          Piece x = p;
+          x.begin = e.offset;
+          x.length = e.length;
+          x.bytes = c.bytes * (i + 1) / k - c.bytes * i / k;
+          if (e.length == 0 || e.offset % kChunkAlign != 0 || e.length % kChunkAlign != 0 ||
+              e.offset + e.length > p.loc.extent_bytes()) {
+            x.error = Status::InvalidArgument(
+                DescribeChunk(c.chunk) + ": extent [" + std::to_string(e.offset) + ", +" +
+                std::to_string(e.length) + ") is not a 4 KiB-aligned range of its " +
+                std::to_string(p.loc.extent_bytes()) + " stored bytes");
+          }
+          pieces.push_back(std::move(x));
+        }
       }
     }
     op->pieces_left.store(int(pieces.size()));
@@ -444,39 +505,53 @@ struct HwExecutor::Impl {
     }
     const IoClass cls = ClassOf(op->t.purpose);
     const bool full = opt.verify;
+    const bool check = !op->t.chunks.empty();
     std::vector<ReadRequest> batch;  // every read of the op, to the engine at once
     batch.reserve(pieces.size());
-    for (const Piece& p : pieces) {
-      if (!p.have_loc) {
-        PieceDone(op, Status::NotFound(DescribeChunk(p.id) + ": not in the chunk store " +
-                                       store->data_path()));
+    for (Piece& p : pieces) {
+      // The last piece of a chunk hands its CPU slot on (whole chunks: their only piece).
+      auto release_slot = [this, cpu_slot = p.cpu_slot, left = p.chunk_left] {
+        if (cpu_slot < 0) return;
+        if (left && left->fetch_sub(1) != 1) return;
+        ReleaseCpuSlot(std::uint32_t(cpu_slot));
+      };
+      if (!p.error.ok()) {
+        release_slot();
+        PieceDone(op, std::move(p.error));
         continue;
       }
+      const bool extent = p.length > 0;
       ReadRequest r;
       r.chunk_id = p.id;
       r.tag = op->t.request;
       r.io_class = cls;
-      r.offset = p.loc.offset;
-      r.length = p.loc.extent_bytes();
-      r.dst = p.dst;
-      const bool check = !op->t.chunks.empty();
+      r.offset = p.loc.offset + p.begin;
+      r.length = extent ? p.length : p.loc.extent_bytes();
+      r.dst = p.dst + p.begin;
       const Bytes length = p.loc.length;
-      const std::byte* dst = p.dst;
+      const std::byte* base = p.dst;
       const Bytes piece_bytes = p.bytes;
-      r.on_complete = [this, op, check, length, dst, full, piece_bytes, ring = p.ring,
-                       stamp = p.stamp, cpu_slot = p.cpu_slot](const ReadResult& res) {
+      // The chunk's content bytes this read brought ([begin, end) of its stored bytes).
+      const Bytes begin = p.begin, end = extent ? std::min(length, p.begin + p.length) : length;
+      r.on_complete = [this, op, check, length, base, full, piece_bytes, extent, begin, end,
+                       ring = p.ring, stamp = p.stamp, release_slot](const ReadResult& res) {
         Status s = res.status;
         // A staging piece the ring wrapped past while the read was queued holds some later
         // chunk's bytes: nothing to check (timing kept, content not; hw.staging_reused).
         const bool reused = ring != nullptr && ring->Overwritten(stamp);
-        if (s.ok() && check && !reused) s = CheckChunkContent(res.chunk_id, length, dst, full);
+        if (s.ok() && check && !reused) {
+          s = extent ? CheckChunkRange(res.chunk_id, length, base, begin, end, full)
+                     : CheckChunkContent(res.chunk_id, length, base, full);
+        }
         if (s.ok()) op->moved += piece_bytes;
-        if (cpu_slot >= 0) ReleaseCpuSlot(std::uint32_t(cpu_slot));
+        release_slot();
         {
           std::lock_guard<std::mutex> l(stats_mu);
           st.bytes_read += res.bytes;
-          if (check) ++st.chunks_read;
-          if (check && full && s.ok() && !reused) ++st.chunks_verified;
+          if (check) ++st.ssd_reads;
+          if (check && !extent) ++st.chunks_read;
+          if (check && extent) ++st.extents_read;
+          if (check && full && s.ok() && !reused) ++(extent ? st.extents_verified : st.chunks_verified);
           if (reused) ++st.staging_reused;
         }
         PieceDone(op, std::move(s));
@@ -567,6 +642,11 @@ struct HwExecutor::Impl {
                                          : model.KBytesPerTokenLayer();
   }
 
+  // A kCpuGather: the selected rows of its chunks, one memcpy per run of rows (a chunk listed
+  // without rows is one run), laid out contiguously in the gather ring, one region per kind in
+  // the order the kinds first appear, chunk after chunk in the op's order -- the layout a staged
+  // H2D (StagedPieces) copies with one DMA per kind. Sources: a chunk's CPU-cache slot, or the
+  // buffer its SSD read landed in (rows at their stored offsets either way).
   void RunGather(const OpPtr& op) {
     const Seconds start = Now();
     struct Out {
@@ -579,21 +659,25 @@ struct HwExecutor::Impl {
     std::vector<Out> outs;
     std::vector<CopyPiece> pieces;
     Bytes moved = 0;
-    for (const ChunkIo& c : op->t.chunks) {
-      if (c.bytes == 0) continue;
-      const Loc src = SourceOf(c.chunk, c.bytes, false);
-      auto [dst, stamp] = gather.Allocate(c.bytes);
-      Bytes out = 0;
-      if (c.rows.empty()) {
-        pieces.push_back({dst, src.p, std::min(c.bytes, src.length)});
-        out = c.bytes;
-      } else {
-        const Bytes per_row = std::max<Bytes>(1, c.bytes / c.rows.size());
-        out = AppendRowPieces(src.p, src.length, c.rows, TokenBytes(c.chunk), per_row, dst,
-                              gather.size, &pieces);
+    for (const KindGroup& g : GroupByKind(op->t.chunks)) {
+      auto [region, stamp] = gather.Allocate(g.bytes);
+      const Bytes room = std::min(g.bytes, gather.size);
+      Bytes at = 0;
+      for (const ChunkIo* c : g.chunks) {
+        const Loc src = SourceOf(c->chunk, c->bytes, false);
+        std::byte* dst = region + at;
+        Bytes out = 0;
+        if (c->rows.empty()) {
+          out = std::min({c->bytes, src.length, room - at});
+          pieces.push_back({dst, src.p, out});
+        } else {
+          out = AppendRunPieces(src.p, src.length, c->rows, TokenBytes(c->chunk), c->bytes, dst,
+                                room - at, &pieces);
+        }
+        at += out;
+        moved += out;
+        outs.push_back({c->chunk, src, dst, stamp, out});
       }
-      moved += out;
-      outs.push_back({c.chunk, src, dst, stamp, out});
     }
     const Status status = device->Gather(pieces);
     for (const Out& o : outs) NoteIfOverwritten(o.src);
@@ -608,6 +692,26 @@ struct HwExecutor::Impl {
     Complete(op, status, start, Now());
   }
 
+  // The chunks of an op grouped by kind (K, V, probe keys), kinds in order of first appearance,
+  // with the bytes of each group; chunks of 0 bytes are left out.
+  struct KindGroup {
+    KvKind kind;
+    Bytes bytes = 0;
+    std::vector<const ChunkIo*> chunks;
+  };
+  static std::vector<KindGroup> GroupByKind(const std::vector<ChunkIo>& chunks) {
+    std::vector<KindGroup> groups;
+    for (const ChunkIo& c : chunks) {
+      if (c.bytes == 0) continue;
+      auto g = std::find_if(groups.begin(), groups.end(),
+                            [&](const KindGroup& k) { return k.kind == c.chunk.kind(); });
+      if (g == groups.end()) g = groups.insert(groups.end(), KindGroup{c.chunk.kind(), 0, {}});
+      g->bytes += c.bytes;
+      g->chunks.push_back(&c);
+    }
+    return groups;
+  }
+
   // ---- PCIe copies ----
 
   // Device destination of `c` (its GPU-cache slot, else a working-ring piece).
@@ -620,6 +724,50 @@ struct HwExecutor::Impl {
     return work.Allocate(bytes).first;
   }
 
+  // A staged H2D (staged_gather): one DMA per kind, from the region the op's kCpuGather laid
+  // out (RunGather) to a working region of the device. A kind whose chunks are not contiguous
+  // there -- not gathered, or the gather ring was reused -- still moves as one piece, from a
+  // staging piece standing in for it (content not kept; counted in staged_misses).
+  void StagedPieces(const TransferOp& t, std::vector<CopyPiece>* pieces,
+                    std::vector<Loc>* sources, Bytes* moved) {
+    for (const KindGroup& g : GroupByKind(t.chunks)) {
+      const Bytes n = std::min({g.bytes, work.size, gather.size});
+      std::optional<Loc> region;
+      {
+        std::lock_guard<std::mutex> l(res_mu);
+        const std::byte* next = nullptr;
+        bool contiguous = true;
+        for (const ChunkIo* c : g.chunks) {
+          auto it = gathered_loc.find(c->chunk);
+          if (it == gathered_loc.end() || (next != nullptr && it->second.p != next) ||
+              it->second.length != c->bytes) {
+            contiguous = false;
+            break;
+          }
+          if (!region) region = it->second;
+          next = it->second.p + it->second.length;
+        }
+        if (!contiguous) region.reset();
+      }
+      if (!region || region->ring->Overwritten(region->stamp)) {
+        std::lock_guard<std::mutex> l(stats_mu);
+        ++st.staged_misses;
+        auto [p, stamp] = staging.Allocate(n);
+        region = Loc{p, n, &staging, stamp};
+      }
+      pieces->push_back({work.Allocate(n).first, region->p, n});
+      sources->push_back(*region);
+      *moved += n;
+    }
+  }
+
+  // H2D and D2H copies. Pieces (DESIGN-14): a staged H2D, one per kind (StagedPieces); any
+  // other H2D of chunks, one per run of the chunk's rows (per_row, batched, device_gather), or
+  // the whole chunk as one piece when it lists no rows (per_chunk, promotions); D2H, one per
+  // chunk. kDma ops make one DMA call per piece (Copy), kBatched ONE batched call with a
+  // descriptor per piece, kDeviceGather ONE gather kernel over the pieces. An op that lists no
+  // chunks (the store's D2H) moves its bytes between the rings in slot-sized pieces, paced as
+  // `ios` copies.
   void RunCopy(const OpPtr& op, bool h2d) {
     std::vector<CopyPiece> pieces;
     std::vector<Loc> sources;                // staged sources: checked once copied
@@ -627,26 +775,26 @@ struct HwExecutor::Impl {
     Bytes moved = 0;
     std::uint32_t copies = 0, chunks = 0;
     if (!op->t.chunks.empty()) {
+      if (h2d && op->t.staged) {
+        StagedPieces(op->t, &pieces, &sources, &moved);
+      }
       for (const ChunkIo& c : op->t.chunks) {
         if (c.bytes == 0) continue;
         ++chunks;
+        if (h2d && op->t.staged) continue;  // pieces made above
         if (h2d) {
           const bool rows_partial = !c.rows.empty();
           const Loc src = SourceOf(c.chunk, c.bytes, rows_partial);
           std::byte* dst = DeviceDst(c.chunk, c.bytes);
-          const bool contiguous = !rows_partial || src.ring == &gather;
-          if (contiguous) {
+          // Rows a kCpuGather already laid out (an op group of a planner that gathers before
+          // an unstaged copy) move as one piece, like a whole chunk.
+          if (!rows_partial || src.ring == &gather) {
             const Bytes n = std::min({c.bytes, src.length, slot_bytes});
             pieces.push_back({dst, src.p, n});
             moved += n;
-            ++copies;
           } else {
-            // Rows straight out of a CPU-cache slot: one copy per row (a scattered copy).
-            const std::size_t before = pieces.size();
-            const Bytes per_row = std::max<Bytes>(1, c.bytes / c.rows.size());
-            moved += AppendRowPieces(src.p, src.length, c.rows, TokenBytes(c.chunk), per_row, dst,
-                                     slot_bytes, &pieces);
-            copies += std::uint32_t(pieces.size() - before);
+            moved += AppendRunPieces(src.p, src.length, c.rows, TokenBytes(c.chunk), c.bytes,
+                                     dst, slot_bytes, &pieces);
           }
           sources.push_back(src);
         } else {
@@ -665,9 +813,9 @@ struct HwExecutor::Impl {
           const Bytes n = std::min(c.bytes, slot_bytes);
           pieces.push_back({dst, src, n});
           moved += n;
-          ++copies;
         }
       }
+      copies = std::uint32_t(pieces.size());
     } else {
       // Bytes only (e.g. the store's D2H of new KV): ring-sized pieces between the rings.
       Bytes left = op->t.bytes;
@@ -688,9 +836,15 @@ struct HwExecutor::Impl {
       for (const Loc& src : sources) NoteIfOverwritten(src);
     };
     Interval when;
-    const Status status =
-        device->Copy(h2d ? CopyDirection::kHostToDevice : CopyDirection::kDeviceToHost, pieces,
-                     copies, release, &when);
+    Status status;
+    if (h2d && op->t.method == CopyMethod::kBatched) {
+      status = device->CopyBatched(pieces, release, &when);
+    } else if (h2d && op->t.method == CopyMethod::kDeviceGather) {
+      status = device->DeviceGather(pieces, release, &when);
+    } else {
+      status = device->Copy(h2d ? CopyDirection::kHostToDevice : CopyDirection::kDeviceToHost,
+                            pieces, copies, release, &when);
+    }
     {
       std::lock_guard<std::mutex> l(stats_mu);
       (h2d ? st.bytes_h2d : st.bytes_d2h) += moved;

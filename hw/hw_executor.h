@@ -7,9 +7,13 @@
 //              (class from the purpose: demand/cake_load -> demand, probe -> probe, everything
 //              else -> prefetch), into the chunk's CPU-cache arena slot when the cache placed it
 //              in the CPU tier, else into a staging ring slot. Every chunk read is checked: its
-//              header (chunk id, length) always, every byte with `verify`. A chunk not in the
-//              store (NotFound), an I/O error or a short read (IoError with the errno text), or
-//              a content mismatch fails the op, naming the chunk.
+//              header (chunk id, length) always, every byte with `verify`. A chunk that lists
+//              extents (transfer.ssd_read_unit = extent) is read as one request per extent,
+//              each landing at its offset in the chunk's buffer; each extent is checked: its
+//              first bytes always (the header when it starts the chunk), every byte with
+//              `verify`. A chunk not in the store (NotFound), an extent past the chunk's stored
+//              bytes (InvalidArgument), an I/O error or a short read (IoError with the errno
+//              text), or a content mismatch fails the op, naming the chunk.
 //   SSD write  ChunkStore::Put of each chunk's deterministic content (FillChunkContent), on a
 //              writer thread. Reads of a chunk whose store is still pending wait for it (an
 //              implicit read-after-write dependency the Pipeline does not need to know about).
@@ -17,11 +21,17 @@
 //              the capacity), or an I/O error -- fails the op and the rest is not written; a
 //              read of a chunk it did not write is aborted naming that failure (core/executor.h
 //              "Failure"), until the chunk is stored again.
-//   CPU gather the selected rows of each staged chunk into a contiguous gather ring slot.
-//   H2D / D2H  host backend: memcpy into / out of a separate "device" arena (never one small hot
-//              buffer), paced to pcie.h2d_bw / pcie.d2h_bw plus pcie.latency per copy when
-//              `pace_pcie` (pacing can only slow a copy down). cuda backend: cudaMemcpyAsync on
-//              a dedicated stream from pinned arenas, timed with CUDA events.
+//   CPU gather the selected rows of the op's chunks, one memcpy per run of consecutive rows,
+//              into the gather ring: one contiguous region per kind (what a staged H2D copies).
+//   H2D / D2H  the pieces DESIGN-14 fixes per transfer strategy (docs/hw-mode.md): one per
+//              run of rows (per_row), per whole chunk (per_chunk, promotions, demotions), per
+//              kind of a staged op (staged_gather); a kBatched op is ONE batched call with a
+//              descriptor per run, a kDeviceGather op ONE gather kernel over the runs. host
+//              backend: memcpy into / out of a separate "device" arena (never one small hot
+//              buffer), paced to what the simulator charges for the call when `pace_pcie`
+//              (pacing can only slow a copy down). cuda backend: cudaMemcpyAsync /
+//              cudaMemcpyBatchAsync / a gather kernel over mapped pinned memory on a dedicated
+//              stream, timed with CUDA events.
 //   compute    host backend: `modeled` sleeps the cost model's duration (ComputeTimer of
 //              models/layer_table.h: the roofline, or the measured gpu.layer_table), `real`
 //              runs Eigen GEMMs and attention at the model's shapes (random weights). cuda
@@ -105,6 +115,15 @@ struct HwExecutorStats {
   std::uint64_t gpu_overflow = 0;
   std::uint64_t raw_waits = 0;        // reads that waited for a pending store of their chunk
   std::uint64_t staging_reused = 0;   // staged bytes overwritten before a consumer copied them
+  // SSD read requests issued for chunks (one io_uring / pread request each): whole chunks, and
+  // extents of chunks read in part (transfer.ssd_read_unit = extent; not counted in
+  // chunks_read). Bytes-only reads (repacks) are not counted.
+  std::uint64_t ssd_reads = 0;
+  std::uint64_t extents_read = 0;
+  std::uint64_t extents_verified = 0;  // extents whose every byte was checked (verify)
+  // Staged H2D kinds whose rows were not laid out contiguously by a gather (a stand-in piece
+  // moved the bytes; 0 unless a planner breaks the staged contract).
+  std::uint64_t staged_misses = 0;
   std::uint64_t compute_ops = 0;
   double compute_busy_s = 0;
 };
@@ -115,6 +134,12 @@ void FillChunkContent(ChunkId id, Bytes length, std::byte* dst);
 // OK when `data` holds chunk `id`'s content (only the two header words unless `full`);
 // otherwise IoError naming the chunk and the first differing byte.
 Status CheckChunkContent(ChunkId id, Bytes length, const std::byte* data, bool full);
+// OK when bytes [begin, min(end, length)) at `chunk` + begin hold those bytes of chunk `id`'s
+// content (`chunk` points at where its byte 0 would be): every byte when `full`, else the
+// range's first 16. IoError naming the chunk and the first differing byte otherwise. What an
+// extent read (transfer.ssd_read_unit = extent) checks: the rows it brought, not the chunk.
+Status CheckChunkRange(ChunkId id, Bytes length, const std::byte* chunk, Bytes begin, Bytes end,
+                       bool full);
 
 class HwExecutor : public Executor {
  public:

@@ -60,27 +60,6 @@ TEST(DeviceBackend, HostMemoryIsPlainAndDeviceMemoryIsASeparateMapping) {
   EXPECT_EQ(dev->slot(2)[999], std::byte{0x5A});
 }
 
-// Row r of a chunk is `row_bytes` at r * stride; the pieces stop at the first row that does not
-// fit in the source or the destination.
-TEST(DeviceBackend, RowPiecesStopAtTheFirstRowThatDoesNotFit) {
-  std::vector<std::byte> src(64), dst(24);
-  std::vector<CopyPiece> pieces;
-  const std::uint16_t rows[] = {1, 3, 7, 2};
-  // 16-byte rows, 8 bytes each taken: rows 1 and 3 fit, row 7 (offset 112) is past the source.
-  Bytes n = AppendRowPieces(src.data(), src.size(), rows, 16, 8, dst.data(), dst.size(), &pieces);
-  EXPECT_EQ(n, 16u);
-  ASSERT_EQ(pieces.size(), 2u);
-  EXPECT_EQ(pieces[0].src, src.data() + 16);
-  EXPECT_EQ(pieces[1].src, src.data() + 48);
-  EXPECT_EQ(pieces[1].dst, dst.data() + 8);
-  // The destination holds only two rows of 12.
-  pieces.clear();
-  const std::uint16_t two_fit[] = {0, 1, 2};
-  n = AppendRowPieces(src.data(), src.size(), two_fit, 16, 12, dst.data(), dst.size(), &pieces);
-  EXPECT_EQ(n, 24u);
-  EXPECT_EQ(pieces.size(), 2u);
-}
-
 // A host copy moves every piece, releases the buffers once, before its pacing wait, and lasts at
 // least bytes / bw + copies x latency (pacing only slows a copy down).
 TEST(DeviceBackend, HostCopyMovesThePiecesReleasesOnceAndIsPaced) {

@@ -14,3 +14,13 @@ kvtier_add_test(NAME hw_device_backend_test SOURCES device_backend_test.cc
                 LIBS kvtier_hw kvtier_testutil LABELS unit)
 kvtier_add_test(NAME hw_cake_test SOURCES hw_cake_test.cc
                 LIBS kvtier_hw kvtier_testutil LABELS unit)
+# Transfer strategies (DESIGN-14): the pieces, batched calls, device gathers, CPU gathers and
+# extent reads HwExecutor asks the backend for, counted at the DeviceBackend interface.
+kvtier_add_test(NAME hw_transfer_strategies_test SOURCES transfer_strategies_test.cc
+                LIBS kvtier_hw LABELS unit)
+if(KVTIER_HAVE_CUDA)
+  # The CUDA strategies: the device-gather kernel vs its CPU reference, and per-run, batched and
+  # device-gather copies of the cuda backend moving the same bytes. Skips without a device.
+  kvtier_add_test(NAME hw_cuda_strategies_test SOURCES cuda_strategies_test.cc
+                  LIBS kvtier_hw LABELS gpu)
+endif()
