@@ -206,6 +206,14 @@ Status CheckChunkRange(ChunkId id, Bytes length, const std::byte* chunk, Bytes b
 // ---- implementation ---------------------------------------------------------------------------
 
 struct HwExecutor::Impl {
+  // Where a chunk's bytes are in host memory (an arena slot or a ring piece).
+  struct Loc {
+    std::byte* p = nullptr;
+    Bytes length = 0;
+    Ring* ring = nullptr;  // null: a CPU-cache slot
+    std::uint64_t stamp = 0;
+  };
+
   // What an op is and what its execution keeps; the graph (below) keeps its dependencies and
   // how it ended.
   struct OpState {
@@ -221,16 +229,13 @@ struct HwExecutor::Impl {
     std::atomic<int> pieces_left{0};
     std::mutex err_mu;
     Status first_error;
+    // kCpuGather: the region it laid out per kind (written before it completes). A staged
+    // H2D: the kCpuGather in its `after` list, whose regions it copies (set at submission).
+    std::vector<std::pair<KvKind, Loc>> regions;
+    std::shared_ptr<OpState> staged_from;
   };
   using OpPtr = std::shared_ptr<OpState>;
 
-  // Where a chunk's bytes are in host memory (an arena slot or a ring piece).
-  struct Loc {
-    std::byte* p = nullptr;
-    Bytes length = 0;
-    Ring* ring = nullptr;  // null: a CPU-cache slot
-    std::uint64_t stamp = 0;
-  };
 
   ModelSpec model;
   HardwareOptions hardware;
@@ -662,6 +667,7 @@ struct HwExecutor::Impl {
     for (const KindGroup& g : GroupByKind(op->t.chunks)) {
       auto [region, stamp] = gather.Allocate(g.bytes);
       const Bytes room = std::min(g.bytes, gather.size);
+      op->regions.push_back({g.kind, Loc{region, room, &gather, stamp}});
       Bytes at = 0;
       for (const ChunkIo* c : g.chunks) {
         const Loc src = SourceOf(c->chunk, c->bytes, false);
@@ -725,15 +731,23 @@ struct HwExecutor::Impl {
   }
 
   // A staged H2D (staged_gather): one DMA per kind, from the region the op's kCpuGather laid
-  // out (RunGather) to a working region of the device. A kind whose chunks are not contiguous
-  // there -- not gathered, or the gather ring was reused -- still moves as one piece, from a
-  // staging piece standing in for it (content not kept; counted in staged_misses).
-  void StagedPieces(const TransferOp& t, std::vector<CopyPiece>* pieces,
-                    std::vector<Loc>* sources, Bytes* moved) {
-    for (const KindGroup& g : GroupByKind(t.chunks)) {
+  // out (RunGather) to a working region of the device. The gather is the one in the op's
+  // `after` list (its regions, by kind); without one, the chunks' gathered rows if they lie back
+  // to back. A kind found nowhere -- not gathered, or the gather ring was reused since -- still
+  // moves as one piece, from a staging piece standing in for it (content not kept; counted in
+  // staged_misses).
+  void StagedPieces(OpState& op, std::vector<CopyPiece>* pieces, std::vector<Loc>* sources,
+                    Bytes* moved) {
+    for (const KindGroup& g : GroupByKind(op.t.chunks)) {
       const Bytes n = std::min({g.bytes, work.size, gather.size});
       std::optional<Loc> region;
-      {
+      if (op.staged_from) {
+        // The gather this op depends on: its region of this kind, if it holds these bytes.
+        for (const auto& [kind, loc] : op.staged_from->regions) {
+          if (kind == g.kind && loc.length == n) region = loc;
+        }
+      } else {
+        // No gather named in `after`: the chunks' gathered rows, if they lie back to back.
         std::lock_guard<std::mutex> l(res_mu);
         const std::byte* next = nullptr;
         bool contiguous = true;
@@ -749,7 +763,7 @@ struct HwExecutor::Impl {
         }
         if (!contiguous) region.reset();
       }
-      if (!region || region->ring->Overwritten(region->stamp)) {
+      if (!region || (region->ring != nullptr && region->ring->Overwritten(region->stamp))) {
         std::lock_guard<std::mutex> l(stats_mu);
         ++st.staged_misses;
         auto [p, stamp] = staging.Allocate(n);
@@ -776,7 +790,8 @@ struct HwExecutor::Impl {
     std::uint32_t copies = 0, chunks = 0;
     if (!op->t.chunks.empty()) {
       if (h2d && op->t.staged) {
-        StagedPieces(op->t, &pieces, &sources, &moved);
+        StagedPieces(*op, &pieces, &sources, &moved);
+        op->staged_from.reset();  // its regions are copied (or counted missing)
       }
       for (const ChunkIo& c : op->t.chunks) {
         if (c.bytes == 0) continue;
@@ -893,6 +908,17 @@ struct HwExecutor::Impl {
           deps.push_back(it->second);
           std::lock_guard<std::mutex> s(stats_mu);
           ++st.raw_waits;
+        }
+      }
+      if (op->is_transfer && op->t.kind == TransferKind::kH2D && op->t.staged) {
+        // A staged copy copies the regions the gather it waits for laid out.
+        for (OpId dep : after) {
+          if (dep == kNoOp) continue;
+          const OpPtr& d = graph.At(dep).payload;
+          if (d->is_transfer && d->t.kind == TransferKind::kCpuGather) {
+            op->staged_from = d;
+            break;
+          }
         }
       }
       const auto added = graph.Add(op, deps.empty() ? after : std::span<const OpId>(deps));

@@ -23,6 +23,7 @@
 #include "hw/device_backend.h"
 #include "hw/hw_executor.h"
 #include "kernels/reference.h"
+#include "tests/hw/backend_recorder.h"
 #include "tests/hw/hw_test_util.h"
 
 namespace kvtier::hw {
@@ -199,61 +200,6 @@ TEST(HostBackendStrategies, ComputeOverlappingADeviceGatherIsSlowedByTheSmShare)
 
 // ---- HwExecutor: what each strategy's ops ask the backend to do ------------------------------
 
-// One call the executor made to the backend.
-struct Call {
-  enum What { kCopy, kBatched, kDeviceGather, kGather } what;
-  CopyDirection direction = CopyDirection::kHostToDevice;
-  std::size_t pieces = 0;
-  std::uint32_t copies = 0;
-  Bytes bytes = 0;
-  std::vector<std::byte> moved;  // the pieces' bytes, in order, as they arrived
-};
-
-// Counts every copy-like call and checks that each piece arrived (dst equals src afterwards).
-class Recorder : public DeviceBackendWrapper {
- public:
-  Recorder(std::unique_ptr<DeviceBackend> target, std::vector<Call>* calls, std::mutex* mu)
-      : DeviceBackendWrapper(std::move(target)), calls_(calls), mu_(mu) {}
-  Status Copy(CopyDirection direction, std::span<const CopyPiece> pieces, std::uint32_t copies,
-              const std::function<void()>& release, Interval* when) override {
-    Status s = DeviceBackendWrapper::Copy(direction, pieces, copies, release, when);
-    Record(Call::kCopy, direction, pieces, copies);
-    return s;
-  }
-  Status CopyBatched(std::span<const CopyPiece> pieces, const std::function<void()>& release,
-                     Interval* when) override {
-    Status s = DeviceBackendWrapper::CopyBatched(pieces, release, when);
-    Record(Call::kBatched, CopyDirection::kHostToDevice, pieces, 1);
-    return s;
-  }
-  Status DeviceGather(std::span<const CopyPiece> pieces, const std::function<void()>& release,
-                      Interval* when) override {
-    Status s = DeviceBackendWrapper::DeviceGather(pieces, release, when);
-    Record(Call::kDeviceGather, CopyDirection::kHostToDevice, pieces, 1);
-    return s;
-  }
-  Status Gather(std::span<const CopyPiece> pieces) override {
-    Status s = DeviceBackendWrapper::Gather(pieces);
-    Record(Call::kGather, CopyDirection::kHostToDevice, pieces, std::uint32_t(pieces.size()));
-    return s;
-  }
-
- private:
-  void Record(Call::What what, CopyDirection d, std::span<const CopyPiece> pieces,
-              std::uint32_t copies) {
-    Call c{what, d, pieces.size(), copies, 0, {}};
-    for (const CopyPiece& p : pieces) {
-      c.bytes += p.bytes;
-      EXPECT_EQ(std::memcmp(p.dst, p.src, p.bytes), 0) << "a piece did not arrive";
-      c.moved.insert(c.moved.end(), p.dst, p.dst + p.bytes);
-    }
-    std::lock_guard<std::mutex> l(*mu_);
-    calls_->push_back(std::move(c));
-  }
-  std::vector<Call>* calls_;
-  std::mutex* mu_;
-};
-
 class StrategyOps : public ::testing::Test {
  protected:
   void SetUp() override { Open(true); }
@@ -418,6 +364,40 @@ TEST_F(StrategyOps, StagedGatherIsAMemcpyPerRunThenOneDmaPerKind) {
   want.insert(want.end(), more.begin(), more.end());
   EXPECT_EQ(calls[1].moved, want);
   EXPECT_EQ(ex_->stats().staged_misses, 0u);
+}
+
+// A staged H2D that does not name its gather in `after` (it was retired before) finds the
+// rows by chunk, still laid out back to back per kind: the same one DMA per kind.
+TEST_F(StrategyOps, AStagedCopyFindsGatheredRowsByChunk) {
+  const ChunkId k0 = Stored(0, KvKind::kKey, true), k1 = Stored(1, KvKind::kKey, true);
+  TransferOp gather;
+  gather.kind = TransferKind::kCpuGather;
+  gather.chunks = {{k0, kRowsA.size() * kRow, kRowsA, {}}, {k1, kRowsB.size() * kRow, kRowsB, {}}};
+  gather.ios = 5;
+  gather.bytes = 9 * kRow;
+  ASSERT_TRUE(Run(gather).ok());
+  TransferOp h2d = H2D(CopyMethod::kDma, 1, 0);
+  h2d.staged = true;
+  h2d.chunks = gather.chunks;
+  h2d.bytes = gather.bytes;
+  ASSERT_TRUE(Run(h2d).ok());
+  const std::vector<Call> calls = TakeCalls();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[1].pieces, 1u);
+  std::vector<std::byte> want = Rows(k0, kRowsA), more = Rows(k1, kRowsB);
+  want.insert(want.end(), more.begin(), more.end());
+  EXPECT_EQ(calls[1].moved, want);
+  EXPECT_EQ(ex_->stats().staged_misses, 0u);
+  // Rows nobody gathered (chunk 2): still one DMA of the kind's bytes, counted as a miss.
+  const ChunkId k2 = Stored(2, KvKind::kKey, true);
+  h2d.chunks = {{k2, kRowsA.size() * kRow, kRowsA, {}}};
+  h2d.bytes = kRowsA.size() * kRow;
+  ASSERT_TRUE(Run(h2d).ok());
+  const std::vector<Call> more_calls = TakeCalls();
+  ASSERT_EQ(more_calls.size(), 1u);
+  EXPECT_EQ(more_calls[0].pieces, 1u);
+  EXPECT_EQ(more_calls[0].bytes, h2d.bytes);
+  EXPECT_EQ(ex_->stats().staged_misses, 1u);
 }
 
 // Rows of a chunk just read from the SSD come from the read buffer (the chunk is not cached).
