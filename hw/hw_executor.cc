@@ -625,12 +625,19 @@ struct HwExecutor::Impl {
     if (h != host_loc.end()) return h->second;
     auto s = cpu_slots.find(c);
     if (s != cpu_slots.end()) return Loc{cpu_arena->slot(s->second), slot_bytes, nullptr, 0};
+    // Not in host memory: a staging piece of a whole slot stands in (rows sit at their stored
+    // offsets, so a row run of the chunk finds room in it; timing kept, content not).
     Loc loc;
-    auto [p, stamp] = staging.Allocate(std::min(need, staging.size));
+    const Bytes n = std::min(std::max(need, slot_bytes), staging.size);
+    auto [p, stamp] = staging.Allocate(n);
     loc.p = p;
-    loc.length = std::min(need, staging.size);
+    loc.length = n;
     loc.ring = &staging;
     loc.stamp = stamp;
+    {
+      std::lock_guard<std::mutex> g(stats_mu);
+      ++st.source_standins;
+    }
     return loc;
   }
 

@@ -124,6 +124,9 @@ struct HwExecutorStats {
   // Staged H2D kinds whose rows were not laid out contiguously by a gather (a stand-in piece
   // moved the bytes; 0 unless a planner breaks the staged contract).
   std::uint64_t staged_misses = 0;
+  // Copies and gathers of a chunk whose bytes were nowhere in host memory (no CPU slot, no read
+  // buffer): a staging piece stood in (timing kept, content not).
+  std::uint64_t source_standins = 0;
   std::uint64_t compute_ops = 0;
   double compute_busy_s = 0;
 };
