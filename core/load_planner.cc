@@ -407,12 +407,14 @@ void LoadPlanner::Plan(int layer, KvKind kind, const Selection& sel, bool demand
         const Bytes rest = m.chunk == id && m.bytes > move_bytes ? m.bytes - move_bytes
                            : m.chunk == id ? 0 : m.bytes;
         group->promote_bytes += rest;
+        group->promote_count += rest > 0;
         if (detail && rest > 0) group->promote_chunks.push_back({m.chunk, rest, {}, {}});
       } else if (m.to == Tier::kCpu) {
         executor.OnResident(Tier::kCpu, m.chunk);
         if (m.from == Tier::kGpu) {
           executor.OnEvicted(Tier::kGpu, m.chunk);
           group->demote_bytes += m.bytes;
+          group->demote_count += m.bytes > 0;
           if (detail) group->demote_chunks.push_back({m.chunk, m.bytes, {}, {}});
         }
       } else {
@@ -478,12 +480,14 @@ void LoadPlanner::Submit(Group& g, Purpose purpose, int layer, std::vector<OpId>
   if (g.demote_bytes > 0) {
     TransferOp op = MakeTransfer(TransferKind::kD2H, Purpose::kDemote, run_.id(), layer);
     op.bytes = g.demote_bytes;
+    op.ios = g.demote_count;  // one DMA per chunk, listed or not
     op.chunks = std::move(g.demote_chunks);
     demote = run_.SubmitTransfer(std::move(op), g.terminal, true);
   }
   if (g.promote_bytes > 0) {
     TransferOp op = MakeTransfer(TransferKind::kH2D, Purpose::kPromote, run_.id(), layer);
     op.bytes = g.promote_bytes;
+    op.ios = g.promote_count;
     op.chunks = std::move(g.promote_chunks);
     std::vector<OpId> deps = g.terminal;
     deps.push_back(demote);

@@ -51,6 +51,9 @@ class LoadPlanner {
     std::vector<OpId> prefetch_deps;     // prefetch transfers the group relies on
     std::vector<std::uint32_t> fetched;  // prefetch: slots entered in the prefetch table
     Bytes promote_bytes = 0, demote_bytes = 0;
+    // Chunks promoted / demoted (one DMA each), counted whether or not chunks are listed, so
+    // the simulator (no chunk lists) charges the copies hw makes.
+    std::uint32_t promote_count = 0, demote_count = 0;
     std::vector<ChunkIo> promote_chunks, demote_chunks;
     std::vector<OpId> terminal;          // filled by Submit: what the loaded rows wait for
     std::int64_t gpu_hits = 0, cpu_hits = 0, ssd_reads = 0, prefetch_used = 0;
