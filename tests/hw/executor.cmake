@@ -24,3 +24,7 @@ if(KVTIER_HAVE_CUDA)
   kvtier_add_test(NAME hw_cuda_strategies_test SOURCES cuda_strategies_test.cc
                   LIBS kvtier_hw LABELS gpu)
 endif()
+# Parity of the transfer strategies: per op, what the simulator charges is what the host
+# backend was asked to do, for every strategy, SSD read unit and system (issue 14).
+kvtier_add_test(NAME hw_strategy_parity_test SOURCES strategy_parity_test.cc
+                LIBS kvtier_hw kvtier_sim kvtier_testutil LABELS parity)
