@@ -176,6 +176,11 @@ class HwBackend : public ExperimentBackend {
     log.LogMetric("hw.gpu_overflow_chunks", double(xs.gpu_overflow));
     log.LogMetric("hw.raw_waits", double(xs.raw_waits));
     log.LogMetric("hw.staging_reused", double(xs.staging_reused));
+    log.LogMetric("hw.ssd_reads", double(xs.ssd_reads));
+    log.LogMetric("hw.extents_read", double(xs.extents_read));
+    log.LogMetric("hw.extents_verified", double(xs.extents_verified));
+    log.LogMetric("hw.staged_misses", double(xs.staged_misses));
+    log.LogMetric("hw.source_standins", double(xs.source_standins));
     log.LogMetric("hw.compute_busy_s", xs.compute_busy_s);
   }
 
