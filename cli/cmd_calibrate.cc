@@ -43,7 +43,7 @@ int RunCalibrate(const Args& args) {
       "config", po::value(&config_path), "experiment whose chunk size and queue depth to use")(
       "block", po::value(&o.block), "SSD read block in bytes (default 65536)")(
       "queue-depth", po::value(&o.queue_depth), "SSD queue depth (default 32)")(
-      "quick", po::bool_switch(&o.quick), "a few seconds instead of up to a minute (tests)")(
+      "quick", po::bool_switch(&o.quick), "a few seconds instead of about a minute (tests)")(
       "allow-buffered", po::bool_switch(&o.allow_buffered),
       "measure a file system without O_DIRECT (marked in the profile)")(
       "layer-table", po::bool_switch(&layer_table),
@@ -77,12 +77,16 @@ int RunCalibrate(const Args& args) {
   if (o.name.empty()) o.name = out_path.stem().string();
   std::fprintf(stderr, "kvtier calibrate: measuring (block %llu B, QD %d%s) in %s ...\n",
                (unsigned long long)o.block, o.queue_depth, o.quick ? ", quick" : "", o.dir.c_str());
+  o.progress = [](const std::string& line) {
+    std::fprintf(stderr, "kvtier calibrate: %s ...\n", line.c_str());
+  };
   hw::CalibrateResult r;
   if (Status s = hw::Calibrate(o, &r); !s.ok()) {
     if (s.code() == Status::Code::kUnavailable) throw InputError(s.ToString());
     std::fprintf(stderr, "kvtier calibrate: %s\n", s.ToString().c_str());
     return 1;
   }
+  std::fputs(hw::MeasurementTable(r).c_str(), stderr);
   fs::path table_path;
   if (layer_table) {
     if (r.backend != "host") {

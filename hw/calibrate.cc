@@ -7,27 +7,25 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
-#include <thread>
 #include <chrono>
+#include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <future>
+#include <mutex>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "hw/arena.h"
+#include "hw/calibrate_cuda.h"
 #include "hw/chunk_store.h"
 #include "hw/device_backend.h"
 #include "hw/host_compute.h"
 #include "hw/io_engine.h"
 #include "hw/posix_util.h"
-
-#if KVTIER_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
 
 namespace kvtier::hw {
 namespace {
@@ -39,37 +37,57 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// Reads `count` random `block`-aligned blocks of the file at queue depth `qd`; returns seconds.
-Status TimedReads(int fd, std::uint64_t file_bytes, std::uint64_t block, int qd, int count,
-                  IoEngineOptions::Backend backend, std::string* backend_name, double* seconds) {
+std::string Fmt(const char* fmt, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, fmt, v);
+  return b;
+}
+
+std::string SizeName(double bytes) {
+  if (bytes >= (1 << 20) && std::fmod(bytes, 1 << 20) == 0) return Fmt("%.0f MiB", bytes / (1 << 20));
+  if (bytes >= 1024 && std::fmod(bytes, 1024) == 0) return Fmt("%.0f KiB", bytes / 1024);
+  return Fmt("%.0f B", bytes);
+}
+
+void Progress(const CalibrateOptions& o, const std::string& line) {
+  if (o.progress) o.progress(line);
+}
+
+struct Read {
+  std::uint64_t offset = 0, length = 0;
+};
+
+// Reads `reads` (aligned offsets and lengths, each <= max_len) through a fresh IoEngine at
+// queue depth `qd`, all queued first and released at once; returns the seconds from the
+// release to the last completion.
+Status TimedReadList(int fd, const std::vector<Read>& reads, std::uint64_t max_len, int qd,
+                     std::string* backend_name, double* seconds) {
   IoEngineOptions o;
-  o.backend = backend;
+  o.backend = IoEngineOptions::Backend::kAuto;
   o.max_ops_in_flight = std::uint32_t(qd);
-  o.max_bytes_in_flight = std::max<std::uint64_t>(std::uint64_t(qd) * block, block);
+  o.max_bytes_in_flight = std::max<std::uint64_t>(std::uint64_t(qd) * max_len, max_len);
   o.prefetch_max_ops = o.max_ops_in_flight;
   o.prefetch_max_bytes = o.max_bytes_in_flight;
-  o.max_io_bytes = std::max<std::uint64_t>(block, 1 << 20);
+  o.max_io_bytes = std::max<std::uint64_t>(max_len, 1 << 20);
   o.pread_threads = std::uint32_t(std::min(qd, 32));
   o.start_paused = true;
   std::unique_ptr<IoEngine> io;
   KVTIER_RETURN_IF_ERROR(IoEngine::Create(fd, o, &io));
   *backend_name = std::string(io->backend_name());
-  // Distinct destinations (qd * 2 blocks, cycled) so nothing is a hot buffer.
+  // Distinct destinations (qd * 2 buffers, cycled) so nothing is a hot buffer.
   const std::size_t bufs = std::size_t(std::max(2 * qd, 2));
-  AlignedBuffer mem = AllocateAligned(bufs * block, 4096);
+  AlignedBuffer mem = AllocateAligned(bufs * max_len, 4096);
   if (!mem) return Status::OutOfSpace("calibrate: cannot allocate read buffers");
-  std::mt19937_64 rng(42);
-  const std::uint64_t blocks = file_bytes / block;
-  std::atomic<int> left{count};
+  std::atomic<std::size_t> left{reads.size()};
   std::promise<void> all;
   Status first;
   std::mutex mu;
-  for (int i = 0; i < count; ++i) {
+  for (std::size_t i = 0; i < reads.size(); ++i) {
     ReadRequest r;
     r.chunk_id = ChunkId{std::uint64_t(i)};
-    r.offset = (rng() % blocks) * block;
-    r.length = block;
-    r.dst = mem.get() + (std::size_t(i) % bufs) * block;
+    r.offset = reads[i].offset;
+    r.length = reads[i].length;
+    r.dst = mem.get() + (i % bufs) * max_len;
     r.on_complete = [&](const ReadResult& res) {
       if (!res.status.ok()) {
         std::lock_guard<std::mutex> l(mu);
@@ -84,6 +102,16 @@ Status TimedReads(int fd, std::uint64_t file_bytes, std::uint64_t block, int qd,
   all.get_future().wait();
   *seconds = Seconds(t0, MonotonicNowNs());
   return first;
+}
+
+// `count` random whole blocks of the file.
+std::vector<Read> RandomBlocks(std::uint64_t file_bytes, std::uint64_t block, int count,
+                               std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const std::uint64_t blocks = file_bytes / block;
+  std::vector<Read> v;
+  for (int i = 0; i < count; ++i) v.push_back({(rng() % blocks) * block, block});
+  return v;
 }
 
 // Copies `block`-sized pieces from `src` to `dst` arenas (each `bytes`), cycling, for at least
@@ -101,10 +129,84 @@ double CopyBw(std::byte* dst, const std::byte* src, std::uint64_t bytes, std::ui
   return double(done) / Seconds(t0, MonotonicNowNs());
 }
 
-std::string Fmt(const char* fmt, double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, fmt, v);
-  return b;
+// The offset of the i-th of a cycle of `size`-byte pieces in an arena of `arena` bytes: steps
+// of a whole number of 4 KiB pages larger than `size`, so consecutive pieces never share a
+// cache line and the cycle runs through the whole arena before a piece comes back.
+std::uint64_t CycleOffset(std::uint64_t i, std::uint64_t size, std::uint64_t arena) {
+  const std::uint64_t step = RoundUp(size, 4096) + 4096;
+  const std::uint64_t slots = std::max<std::uint64_t>(1, (arena - size) / step);
+  return (i % slots) * step;
+}
+
+// The copy curve on the host backend: `calls` memcpys of `size` bytes from a host arena into
+// the "device" arena (what host_backend.cc's Copy does per piece), cycling through both.
+double HostCopySeconds(std::byte* dst, const std::byte* src, std::uint64_t arena,
+                       std::uint64_t size, std::uint64_t calls) {
+  const std::int64_t t0 = MonotonicNowNs();
+  for (std::uint64_t i = 0; i < calls; ++i) {
+    const std::uint64_t so = CycleOffset(i, size, arena);
+    const std::uint64_t d = CycleOffset(i * 7 + 3, size, arena);
+    std::memcpy(dst + d, src + so, size);
+  }
+  return Seconds(t0, MonotonicNowNs());
+}
+
+// One gather sample: chunks of 64 rows of `row` bytes laid back to back in `src`; from each,
+// `k` rows -- spread (every 64/k-th row: k runs) or adjacent (rows 0..k-1: one run) -- are
+// copied one memcpy per run, back to back into `dst`, until about `target` bytes have moved.
+GatherSample GatherOnce(std::byte* dst, const std::byte* src, std::uint64_t arena,
+                        std::uint64_t row, int k, bool spread, std::uint64_t target) {
+  constexpr int kRows = 64;
+  const std::uint64_t chunk = kRows * row;
+  const std::uint64_t chunks = std::max<std::uint64_t>(1, arena / chunk);
+  // The runs of one chunk: (first row, rows).
+  std::vector<std::pair<int, int>> runs;
+  if (spread && k < kRows) {
+    const int stride = kRows / k;
+    for (int j = 0; j < k; ++j) runs.push_back({j * stride, 1});
+  } else {
+    runs.push_back({0, k});
+  }
+  const std::uint64_t per_chunk = std::uint64_t(k) * row;
+  const std::uint64_t n_chunks = std::max<std::uint64_t>(1, target / per_chunk);
+  std::uint64_t out = 0, moved = 0;
+  const std::int64_t t0 = MonotonicNowNs();
+  for (std::uint64_t c = 0; c < n_chunks; ++c) {
+    const std::byte* base = src + ((c * 7919) % chunks) * chunk;
+    if (out + per_chunk > arena) out = 0;
+    for (const auto& [first, n] : runs) {
+      const std::uint64_t len = std::uint64_t(n) * row;
+      std::memcpy(dst + out, base + std::uint64_t(first) * row, len);
+      out += len;
+      moved += len;
+    }
+  }
+  GatherSample g;
+  g.seconds = Seconds(t0, MonotonicNowNs());
+  g.runs = double(n_chunks * runs.size());
+  g.bytes = double(moved);
+  g.rows_per_chunk = k;
+  g.row_bytes = double(row);
+  return g;
+}
+
+// One emulated batched call (the host backend's batched copy): the descriptor list built,
+// then one memcpy per descriptor into the "device" arena.
+double HostBatchSeconds(std::byte* dst, const std::byte* src, std::uint64_t arena,
+                        std::uint64_t size, int descriptors, int calls, std::uint64_t* cursor) {
+  std::vector<CopyPiece> pieces(static_cast<std::size_t>(descriptors));
+  std::vector<double> t;
+  for (int c = 0; c < calls; ++c) {
+    const std::int64_t t0 = MonotonicNowNs();
+    for (int i = 0; i < descriptors; ++i) {
+      const std::uint64_t n = (*cursor)++;
+      pieces[std::size_t(i)] = {dst + CycleOffset(n * 7 + 3, size, arena),
+                                src + CycleOffset(n, size, arena), size};
+    }
+    for (const CopyPiece& p : pieces) std::memcpy(p.dst, p.src, p.bytes);
+    t.push_back(Seconds(t0, MonotonicNowNs()));
+  }
+  return Median(t);
 }
 
 }  // namespace
@@ -121,6 +223,7 @@ Status Calibrate(const CalibrateOptions& options, CalibrateResult* out) {
   // --- SSD write: chunk-sized ChunkStore::Put records (what the pipeline's stores do: O_DIRECT
   // from a bounce buffer, one record at a time, manifest appended; sync off as in kvtier hw),
   // then the read file: sequential O_DIRECT 1 MiB writes.
+  Progress(options, "ssd: chunk-store writes");
   {
     ChunkStoreOptions so;
     so.dir = options.dir + "/kvtier_calibrate_store";
@@ -166,76 +269,230 @@ Status Calibrate(const CalibrateOptions& options, CalibrateResult* out) {
     ::fdatasync(fd.get());
   }
 
-  // --- SSD reads through the engine: QD1 (latency) and QD N (bandwidth), interleaved reps.
+  // --- SSD reads through the engine: QD1 (latency) and QD N (bandwidth), interleaved reps;
+  // then the read-unit check: whole chunks vs 4 KiB-aligned extents of chunks at QD N, and
+  // single 4 KiB reads at QD 1, each against the simulator's formula with these values.
   {
+    Progress(options, "ssd: random " + SizeName(double(block)) + " reads at QD " +
+                          std::to_string(options.queue_depth) + " and QD 1");
     UniqueFd fd(::open(path.c_str(), O_RDONLY | (r.direct_io ? O_DIRECT : 0)));
     if (!fd.valid()) return Status::IoError(path + ": open: " + ErrnoText(errno));
-    const int reps = q ? 1 : 3;
+    const int reps = 3;
     const int n_qd = int(std::min<std::uint64_t>(q ? 1500 : 6000, 4 * file_bytes / block));
     const int n_1 = q ? 150 : 600;
     std::vector<double> bw, bw1;
     for (int rep = 0; rep < reps; ++rep) {
       double s = 0;
-      KVTIER_RETURN_IF_ERROR(TimedReads(fd.get(), file_bytes, block, options.queue_depth, n_qd,
-                                        IoEngineOptions::Backend::kAuto, &r.io_backend, &s));
+      KVTIER_RETURN_IF_ERROR(TimedReadList(fd.get(),
+                                           RandomBlocks(file_bytes, block, n_qd, 42 + rep), block,
+                                           options.queue_depth, &r.io_backend, &s));
       bw.push_back(double(n_qd) * double(block) / s);
-      KVTIER_RETURN_IF_ERROR(TimedReads(fd.get(), file_bytes, block, 1, n_1,
-                                        IoEngineOptions::Backend::kAuto, &r.io_backend, &s));
+      KVTIER_RETURN_IF_ERROR(TimedReadList(fd.get(),
+                                           RandomBlocks(file_bytes, block, n_1, 99 + rep), block,
+                                           1, &r.io_backend, &s));
       bw1.push_back(double(n_1) * double(block) / s);
     }
     r.ssd_read_bw = Median(bw);
     r.ssd_qd1_bw = Median(bw1);
     const double per_io = double(block) / r.ssd_qd1_bw;
     r.ssd_latency_s = std::max(1e-6, per_io - double(block) / r.ssd_read_bw);
+
+    Progress(options, "ssd: whole-chunk vs 4 KiB-extent reads (predicted vs measured)");
+    const int chunks = q ? 64 : 256;
+    const std::uint64_t page = 4096;
+    auto check = [&](const std::string& what, int qd, const std::vector<Read>& reads,
+                     std::uint64_t max_len) -> Status {
+      std::vector<double> t;
+      for (int rep = 0; rep < reps; ++rep) {
+        double s = 0;
+        KVTIER_RETURN_IF_ERROR(TimedReadList(fd.get(), reads, max_len, qd, &r.io_backend, &s));
+        t.push_back(s);
+      }
+      SsdUnitSample u;
+      u.what = what;
+      u.queue_depth = qd;
+      u.ios = double(reads.size());
+      for (const Read& rd : reads) u.bytes += double(rd.length);
+      u.seconds = Median(t);
+      u.predicted_s =
+          PredictSsdReadSeconds(u.ios, u.bytes, r.ssd_read_bw, r.ssd_latency_s, qd);
+      r.ssd_units.push_back(u);
+      return Status::OK();
+    };
+    const std::vector<Read> whole = RandomBlocks(file_bytes, block, chunks, 5);
+    KVTIER_RETURN_IF_ERROR(check("whole " + SizeName(double(block)) + " chunks",
+                                 options.queue_depth, whole, block));
+    for (int k : {1, 2, 4, 8}) {
+      if (std::uint64_t(k) * 2 * page > block) break;  // extents must stay apart (unmerged)
+      std::vector<Read> ext;
+      const std::uint64_t gap = block / std::uint64_t(k) / page * page;
+      for (const Read& c : whole) {
+        for (int j = 0; j < k; ++j) ext.push_back({c.offset + std::uint64_t(j) * gap, page});
+      }
+      KVTIER_RETURN_IF_ERROR(check(std::to_string(k) + " x 4 KiB extents / chunk",
+                                   options.queue_depth, ext, page));
+    }
+    std::vector<Read> single;
+    for (int i = 0; i < (q ? 100 : 400); ++i) {
+      single.push_back({whole[std::size_t(i) % whole.size()].offset + page, page});
+    }
+    KVTIER_RETURN_IF_ERROR(check("4 KiB reads", 1, single, page));
   }
   std::error_code ec;
   std::filesystem::remove(path, ec);
 
-  // --- Memory: cold block copies between two arenas; gathers of half the rows of chunks.
+  // --- Memory: a host arena and the host backend's "device" arena (DeviceArena::CreateOnHost,
+  // what host_backend.cc allocates), cold block copies between them.
   const std::uint64_t arena = q ? (32ull << 20) : (256ull << 20);
-  std::unique_ptr<HostArena> a, b;
-  HostArenaOptions ho;
-  ho.slot_bytes = arena;
-  ho.slot_count = 1;
-  KVTIER_RETURN_IF_ERROR(HostArena::Create(ho, &a));
-  KVTIER_RETURN_IF_ERROR(HostArena::Create(ho, &b));
+  std::unique_ptr<HostArena> a;
+  std::unique_ptr<DeviceArena> b;
+  {
+    HostArenaOptions ho;
+    ho.slot_bytes = arena;
+    ho.slot_count = 1;
+    KVTIER_RETURN_IF_ERROR(HostArena::Create(ho, &a));
+    KVTIER_RETURN_IF_ERROR(DeviceArena::CreateOnHost(arena, 1, &b));
+  }
   std::memset(a->base(), 1, arena);
+  std::memset(b->base(), 2, arena);
+  Progress(options, "memory: cold block copies");
   const std::uint64_t copy_total = q ? (256ull << 20) : (2048ull << 20);
   r.memcpy_bw = CopyBw(b->base(), a->base(), arena, block, copy_total);
+
+  // --- The copy curve (host backend: memcpy per piece into the "device" arena).
   {
-    const std::uint64_t row = std::max<std::uint64_t>(8, options.row_bytes);
-    const std::uint64_t rows_per_chunk = 64, chunk = rows_per_chunk * row;
-    const std::uint64_t chunks = arena / chunk;
-    const std::int64_t t0 = MonotonicNowNs();
-    std::uint64_t moved = 0, out = 0;
-    for (std::uint64_t pass = 0; moved < copy_total / 2; ++pass) {
-      for (std::uint64_t c = 0; c < chunks && moved < copy_total / 2; ++c) {
-        const std::byte* src = a->base() + c * chunk;
-        for (std::uint64_t k = pass % 2; k < rows_per_chunk; k += 2) {
-          if (out + row > arena) out = 0;
-          std::memcpy(b->base() + out, src + k * row, row);
-          out += row;
-          moved += row;
+    Progress(options, "copies: 256 B .. " + SizeName(q ? (4 << 20) : (64 << 20)) + " curve");
+    // Repetitions interleaved across sizes (a burst of load on this shared machine then hits
+    // one repetition of every size, not every repetition of one); the median is kept.
+    const int reps = q ? 3 : 5;
+    const std::uint64_t budget = q ? (16ull << 20) : (512ull << 20);
+    std::vector<std::uint64_t> sizes, calls;
+    for (std::uint64_t size = 256; size <= (q ? (4ull << 20) : (64ull << 20)); size *= 4) {
+      sizes.push_back(size);
+      calls.push_back(std::clamp<std::uint64_t>(budget / size, 8, q ? 4000 : 40000));
+    }
+    std::vector<std::vector<double>> t(sizes.size());
+    for (int rep = 0; rep < reps; ++rep) {
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        t[i].push_back(HostCopySeconds(b->base(), a->base(), arena, sizes[i], calls[i]));
+      }
+    }
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      r.copy_curve.push_back({double(sizes[i]), double(calls[i]), Median(t[i])});
+    }
+    r.copy_fit = FitCopyCurve(r.copy_curve);
+    r.copy_method = "host memcpy per piece from a host arena into the device arena";
+  }
+  r.backend = "host";
+  if (r.copy_fit.ok) {
+    r.h2d_bw = r.d2h_bw = r.copy_fit.bw;
+    r.pcie_latency_s = std::max(0.0, r.copy_fit.latency_s);
+  } else {
+    r.h2d_bw = r.d2h_bw = r.memcpy_bw;
+    r.pcie_latency_s = 0;
+  }
+
+  // --- CPU gathers: k rows per 64-row chunk, spread or adjacent, row sizes 256 B .. 20 KiB.
+  {
+    Progress(options, "gathers: rows per chunk 1..64 x row sizes 256 B .. 20 KiB");
+    const std::vector<std::uint64_t> rows =
+        q ? std::vector<std::uint64_t>{256, 4096, 20480}
+          : std::vector<std::uint64_t>{256, 1024, 4096, 10240, 20480};
+    // The experiment's own row size (one token's K of one layer) is measured too.
+    std::vector<std::uint64_t> sizes = rows;
+    if (options.row_bytes >= 64 && options.row_bytes <= (64u << 10) &&
+        std::find(sizes.begin(), sizes.end(), options.row_bytes) == sizes.end()) {
+      sizes.push_back(options.row_bytes);
+    }
+    const std::vector<int> ks = q ? std::vector<int>{1, 8, 64}
+                                  : std::vector<int>{1, 2, 4, 8, 16, 32, 64};
+    const std::uint64_t target = q ? (1ull << 20) : (16ull << 20);
+    const int reps = q ? 3 : 5;
+    struct Config {
+      std::uint64_t row;
+      int k;
+      bool spread;
+    };
+    std::vector<Config> configs;
+    for (std::uint64_t row : sizes) {
+      for (int k : ks) {
+        for (bool spread : {true, false}) {
+          if (!spread && (k == 1 || k == 64)) continue;  // the same runs as spread
+          configs.push_back({row, k, spread});
         }
       }
     }
-    r.gather_bw = double(moved) / Seconds(t0, MonotonicNowNs());
-  }
-  r.backend = "host";
-  r.h2d_bw = r.d2h_bw = r.memcpy_bw;  // host backend: copies into the "device" arena are memcpy
-  {
-    const std::uint64_t small = 4096;
-    const int n = q ? 20000 : 100000;
-    const std::int64_t t0 = MonotonicNowNs();
-    for (int i = 0; i < n; ++i) {
-      const std::uint64_t off = (std::uint64_t(i) * small * 17) % (arena - small);
-      std::memcpy(b->base() + off, a->base() + (arena - small - off), small);
+    // Repetitions interleaved across configurations; the median time of each is kept.
+    std::vector<std::vector<GatherSample>> g(configs.size());
+    for (int rep = 0; rep < reps; ++rep) {
+      for (std::size_t i = 0; i < configs.size(); ++i) {
+        g[i].push_back(GatherOnce(b->base(), a->base(), arena, configs[i].row, configs[i].k,
+                                  configs[i].spread, target));
+      }
     }
-    const double per = Seconds(t0, MonotonicNowNs()) / n;
-    r.pcie_latency_s = std::max(0.0, per - double(small) / r.memcpy_bw);
+    for (auto& v : g) {
+      std::sort(v.begin(), v.end(), [](const GatherSample& x, const GatherSample& y) {
+        return x.seconds < y.seconds;
+      });
+      r.gathers.push_back(v[v.size() / 2]);
+    }
+    r.gather_fit = FitGather(r.gathers);
+    r.gather_method = "memcpy per run out of 64-row chunks of a host arena";
+    r.gather_bw = r.gather_fit.ok ? r.gather_fit.bw : 0;
+    r.gather_run_cost_s = r.gather_fit.ok ? std::max(0.0, r.gather_fit.run_cost_s) : 0;
   }
+  if (r.gather_bw <= 0) {  // no fit: the old half-rows gather rate, no per-run term
+    r.gather_bw = r.memcpy_bw;
+  }
+
+  // --- Batched copies as the host backend emulates them (a memcpy loop over descriptors).
+  {
+    Progress(options, "batched copies (host emulation: memcpy loop), 1..1024 descriptors");
+    std::uint64_t cursor = 0;
+    const int reps = q ? 3 : 5;
+    std::vector<std::pair<std::uint64_t, int>> configs;
+    for (std::uint64_t size : {std::uint64_t(256), std::uint64_t(4096)}) {
+      for (int n : {1, 4, 16, 64, 256, 1024}) configs.push_back({size, n});
+    }
+    std::vector<std::vector<double>> t(configs.size());
+    for (int rep = 0; rep < reps; ++rep) {
+      for (std::size_t i = 0; i < configs.size(); ++i) {
+        const auto [size, n] = configs[i];
+        const int calls = q ? std::max(3, 1000 / n) : std::max(20, 20000 / n);
+        t[i].push_back(HostBatchSeconds(b->base(), a->base(), arena, size, n, calls, &cursor));
+      }
+    }
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+      const auto [size, n] = configs[i];
+      r.batches.push_back({double(n), double(n) * double(size), Median(t[i])});
+    }
+    r.batch_fit = FitBatch(r.batches);
+    r.batch_method = "host emulation: descriptor list + one memcpy per descriptor";
+    r.batch_latency_s = r.batch_fit.ok ? std::max(0.0, r.batch_fit.batch_latency_s) : 0;
+    r.descriptor_cost_s = r.batch_fit.ok ? std::max(0.0, r.batch_fit.descriptor_cost_s) : 0;
+  }
+  // The emulated device gather is the same memcpy per run into the device arena.
+  r.gpu_gather_bw = r.gather_bw;
+  r.gpu_gather_sm_share = 0;
+  r.device_gather_method =
+      "host emulation: memcpy per run on the copy lane (gather_bw = cpu.gather_bw); "
+      "sm_share 0: modeled compute is a sleep nothing slows";
+
   r.mem_bw = r.memcpy_bw;
+  Progress(options, "compute: Eigen GEMM, alone and beside a gather thread");
   r.gemm_flops = HostCompute::MeasureGemmFlops(256, 1536, 576, q ? 3 : 10);
+  {
+    // A real-compute GEMM next to a thread gathering rows (what hw.compute = real would see
+    // beside an emulated device gather on this machine's cores); printed, not written.
+    std::atomic<bool> stop{false};
+    std::thread g([&] {
+      while (!stop.load()) GatherOnce(b->base(), a->base(), arena, 1024, 8, true, 1 << 20);
+    });
+    const double beside = HostCompute::MeasureGemmFlops(256, 1536, 576, q ? 3 : 10);
+    stop = true;
+    g.join();
+    if (beside > 0 && r.gemm_flops > 0) r.host_gemm_slowdown = r.gemm_flops / beside - 1;
+  }
   {
     // Per compute step on the host backend: handing a job to a persistent worker thread and
     // being woken when it is done (what every HwExecutor op pays), median of n round trips.
@@ -274,66 +531,12 @@ Status Calibrate(const CalibrateOptions& options, CalibrateResult* out) {
   KVTIER_RETURN_IF_ERROR(MeasureOpOverhead(options.dir, q ? 200 : 1000, &r.op_overhead_s));
   r.gpu_name = "host-cpu";
 
-#if KVTIER_HAVE_CUDA
   if (CudaDevicePresent()) {
-    r.backend = "cuda";
-    cudaDeviceProp prop{};
-    cudaGetDeviceProperties(&prop, 0);
-    r.gpu_name = prop.name;
-    const std::size_t big = q ? (64u << 20) : (256u << 20);
-    void *host = nullptr, *dev = nullptr, *dev2 = nullptr;
-    if (cudaMallocHost(&host, big) != cudaSuccess || cudaMalloc(&dev, big) != cudaSuccess ||
-        cudaMalloc(&dev2, big) != cudaSuccess) {
-      return Status::CudaError("calibrate: cannot allocate pinned/device buffers");
-    }
-    cudaStream_t s;
-    cudaStreamCreate(&s);
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    auto timed = [&](auto&& body) {
-      cudaEventRecord(e0, s);
-      body();
-      cudaEventRecord(e1, s);
-      cudaEventSynchronize(e1);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, e0, e1);
-      return double(ms) * 1e-3;
-    };
-    const int reps = q ? 4 : 16;
-    const std::size_t pieces = big / block;
-    double t = timed([&] {
-      for (int i = 0; i < reps; ++i)
-        for (std::size_t p = 0; p < pieces; ++p)
-          cudaMemcpyAsync(static_cast<char*>(dev) + p * block, static_cast<char*>(host) + p * block,
-                          block, cudaMemcpyHostToDevice, s);
-    });
-    r.h2d_bw = double(reps) * double(pieces * block) / t;
-    t = timed([&] {
-      for (int i = 0; i < reps; ++i)
-        for (std::size_t p = 0; p < pieces; ++p)
-          cudaMemcpyAsync(static_cast<char*>(host) + p * block, static_cast<char*>(dev) + p * block,
-                          block, cudaMemcpyDeviceToHost, s);
-    });
-    r.d2h_bw = double(reps) * double(pieces * block) / t;
-    const int n_small = q ? 2000 : 20000;
-    t = timed([&] {
-      for (int i = 0; i < n_small; ++i)
-        cudaMemcpyAsync(static_cast<char*>(dev) + (i % 1024) * 4096, host, 4096,
-                        cudaMemcpyHostToDevice, s);
-    });
-    r.pcie_latency_s = std::max(0.0, t / n_small - 4096.0 / r.h2d_bw);
-    t = timed([&] { cudaMemcpyAsync(dev2, dev, big, cudaMemcpyDeviceToDevice, s); });
-    r.mem_bw = 2.0 * double(big) / t;  // read + write
-    r.gemm_flops = 0;  // cuBLAS measurement lives in the kernels tests; keep datasheet flops
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    cudaStreamDestroy(s);
-    cudaFreeHost(host);
-    cudaFree(dev);
-    cudaFree(dev2);
+    // A CUDA device: the copies, batched copies, device gather and GEMM are measured on it
+    // instead (hw/calibrate_cuda.cc); the SSD, CPU gather and hand-off values above stay.
+    Progress(options, "cuda: the device's copies, batched copies, gather kernel and GEMM");
+    KVTIER_RETURN_IF_ERROR(CalibrateCuda(options, &r));
   }
-#endif
   r.seconds = Seconds(start, MonotonicNowNs());
   *out = r;
   return Status::OK();
@@ -352,28 +555,123 @@ std::string ProfileIni(const CalibrateOptions& o, const CalibrateResult& r) {
        ", block " + std::to_string(o.block) + " B at QD " + std::to_string(o.queue_depth) +
        (o.quick ? ", --quick" : "") + ", " + Fmt("%.1f", r.seconds) + " s.\n";
   s += "; QD1 read bandwidth " + Fmt("%.3f", r.ssd_qd1_bw / 1e9) + " GB/s.\n";
-  s += "[hardware]\nname = " + name + "\nsource = kvtier calibrate " + date + " on " + host + "\n\n";
+  for (const SsdUnitSample& u : r.ssd_units) {
+    s += "; ssd check: " + u.what + " at QD " + std::to_string(u.queue_depth) + ": " +
+         Fmt("%.0f", u.ios) + " I/Os, measured " + Fmt("%.3f", u.seconds * 1e3) +
+         " ms, simulator " + Fmt("%.3f", u.predicted_s * 1e3) + " ms (x" +
+         Fmt("%.2f", u.predicted_s / u.seconds) + ")\n";
+  }
+  // One `source` line saying how each group of keys was measured.
+  std::string src = "kvtier calibrate " + std::string(date) + " on " + host + " (" + r.backend +
+                    " backend)";
+  src += "; ssd: O_DIRECT random reads through the hw IoEngine (" + r.io_backend + ")";
+  src += "; pcie.h2d_bw/d2h_bw/latency: fit of the copy curve " +
+         SizeName(r.copy_curve.empty() ? 0 : r.copy_curve.front().bytes) + " .. " +
+         SizeName(r.copy_curve.empty() ? 0 : r.copy_curve.back().bytes) +
+         " (seconds = calls x latency + bytes / bw, relative least squares), " + r.copy_method;
+  src += "; pcie.batch_latency/descriptor_cost: fit over 1..1024 descriptors, " + r.batch_method;
+  src += "; cpu.gather_bw/gather_run_cost: fit seconds = runs x run_cost + bytes / bw over " +
+         std::to_string(r.gathers.size()) + " gathers, " + r.gather_method;
+  src += "; gpu.gather_bw/gather_sm_share: " + r.device_gather_method;
+  src += "; cpu.op_overhead: median time between the ops of read -> h2d -> compute chains through the executor; gpu.kernel_overhead: median worker-thread hand-off";
+  s += "[hardware]\nname = " + name + "\nsource = " + src + "\n\n";
   s += "[ssd]\nread_bw = " + Fmt("%.4fGB/s", r.ssd_read_bw / 1e9) + "\nwrite_bw = " +
        Fmt("%.4fGB/s", r.ssd_write_bw / 1e9) + "\nlatency = " + Fmt("%.2fus", r.ssd_latency_s * 1e6) +
        "\nqueue_depth = " + std::to_string(o.queue_depth) + "\n\n";
   // op_overhead: the executor's own time between the ops of a read -> h2d -> compute chain,
   // per transfer op (hw/op_overhead.h).
   s += "[cpu]\nmemcpy_bw = " + Fmt("%.4fGB/s", r.memcpy_bw / 1e9) + "\ngather_bw = " +
-       Fmt("%.4fGB/s", r.gather_bw / 1e9) + "\nop_overhead = " +
+       Fmt("%.4fGB/s", r.gather_bw / 1e9) + "\ngather_run_cost = " +
+       Fmt("%.4fus", r.gather_run_cost_s * 1e6) + "\nop_overhead = " +
        Fmt("%.3fus", r.op_overhead_s * 1e6) + "\n\n";
   s += "[pcie]\nh2d_bw = " + Fmt("%.4fGB/s", r.h2d_bw / 1e9) + "\nd2h_bw = " +
-       Fmt("%.4fGB/s", r.d2h_bw / 1e9) + "\nlatency = " + Fmt("%.3fus", r.pcie_latency_s * 1e6) +
-       "\n\n";
+       Fmt("%.4fGB/s", r.d2h_bw / 1e9) + "\nlatency = " + Fmt("%.4fus", r.pcie_latency_s * 1e6) +
+       "\nbatch_latency = " + Fmt("%.4fus", r.batch_latency_s * 1e6) +
+       "\ndescriptor_cost = " + Fmt("%.4fus", r.descriptor_cost_s * 1e6) + "\n\n";
   s += "[gpu]\nname = " + r.gpu_name + "\n";
   if (r.gemm_flops > 0) {
     s += "flops = " + Fmt("%.3fGFLOP/s", r.gemm_flops / 1e9) + "\nefficiency = 1.0\n";
   }
   s += "mem_bw = " + Fmt("%.4fGB/s", r.mem_bw / 1e9) + "\nkernel_overhead = " +
-       Fmt("%.3fus", r.kernel_overhead_s * 1e6) + "\nconcurrent_prefills = 1\n";
+       Fmt("%.3fus", r.kernel_overhead_s * 1e6) + "\ngather_bw = " +
+       Fmt("%.4fGB/s", r.gpu_gather_bw / 1e9) + "\ngather_sm_share = " +
+       Fmt("%.4f", r.gpu_gather_sm_share) + "\nconcurrent_prefills = 1\n";
   if (!o.layer_table.empty()) {
     s += "; measured per-layer-step times of the host backend's real compute (kvtier calibrate\n"
          "; --layer-table); relative to this file; they are for one model only\n"
          "layer_table = " + o.layer_table + "\n";
+  }
+  return s;
+}
+
+std::string MeasurementTable(const CalibrateResult& r) {
+  std::string s;
+  auto line = [&](const std::string& l) { s += l + "\n"; };
+  line("copy curve (" + r.copy_method + "):");
+  line("  size        calls   per call      GB/s   fit residual");
+  for (std::size_t i = 0; i < r.copy_curve.size(); ++i) {
+    const CopySample& c = r.copy_curve[i];
+    char b[160];
+    std::snprintf(b, sizeof b, "  %-9s %7.0f %9.3f us %9.3f %+10.1f%%", SizeName(c.bytes).c_str(),
+                  c.calls, c.seconds / c.calls * 1e6, c.bytes * c.calls / c.seconds / 1e9,
+                  i < r.copy_fit.residuals.size() ? r.copy_fit.residuals[i] * 100 : 0.0);
+    line(b);
+  }
+  line(r.copy_fit.ok ? "  fit: latency " + Fmt("%.4f", r.copy_fit.latency_s * 1e6) +
+                           " us per call, bandwidth " + Fmt("%.3f", r.copy_fit.bw / 1e9) + " GB/s"
+                     : "  fit: failed (kept memcpy_bw, latency 0)");
+  line("cpu gathers (" + r.gather_method + "):");
+  line("  row size  rows/chunk  runs      MiB   measured     GB/s   fit residual");
+  for (std::size_t i = 0; i < r.gathers.size(); ++i) {
+    const GatherSample& g = r.gathers[i];
+    char b[200];
+    std::snprintf(b, sizeof b, "  %-9s %6.0f %9.0f %8.2f %8.3f ms %8.3f %+10.1f%%",
+                  SizeName(g.row_bytes).c_str(), g.rows_per_chunk, g.runs, g.bytes / (1 << 20),
+                  g.seconds * 1e3, g.bytes / g.seconds / 1e9,
+                  i < r.gather_fit.residuals.size() ? r.gather_fit.residuals[i] * 100 : 0.0);
+    line(b);
+  }
+  if (r.gather_fit.ok) {
+    double worst = 0, sum = 0;
+    for (double x : r.gather_fit.residuals) worst = std::max(worst, std::fabs(x)), sum += x * x;
+    line("  fit: run cost " + Fmt("%.4f", r.gather_fit.run_cost_s * 1e6) + " us per run, " +
+         "bandwidth " + Fmt("%.3f", r.gather_fit.bw / 1e9) + " GB/s; residuals rms " +
+         Fmt("%.1f", 100 * std::sqrt(sum / double(r.gather_fit.residuals.size()))) +
+         "%, worst " + Fmt("%.1f", 100 * worst) + "%");
+  } else {
+    line("  fit: failed");
+  }
+  line("batched copies (" + r.batch_method + "):");
+  line("  descriptors   bytes     per call   fit residual");
+  for (std::size_t i = 0; i < r.batches.size(); ++i) {
+    const BatchSample& c = r.batches[i];
+    char b[160];
+    std::snprintf(b, sizeof b, "  %11.0f %9s %9.3f us %+10.1f%%", c.descriptors,
+                  SizeName(c.bytes).c_str(), c.seconds * 1e6,
+                  i < r.batch_fit.residuals.size() ? r.batch_fit.residuals[i] * 100 : 0.0);
+    line(b);
+  }
+  line(r.batch_fit.ok ? "  fit: " + Fmt("%.4f", r.batch_fit.batch_latency_s * 1e6) +
+                            " us per call + " + Fmt("%.4f", r.batch_fit.descriptor_cost_s * 1e6) +
+                            " us per descriptor + bytes / " + Fmt("%.3f", r.batch_fit.bw / 1e9) +
+                            " GB/s (pcie.h2d_bw " + Fmt("%.3f", r.h2d_bw / 1e9) + " GB/s)"
+                      : "  fit: failed");
+  line("ssd read units (simulator: bytes / " + Fmt("%.3f", r.ssd_read_bw / 1e9) +
+       " GB/s + ceil(ios / QD) x " + Fmt("%.2f", r.ssd_latency_s * 1e6) + " us):");
+  line("  reads                            QD    I/Os   measured  simulator  sim/meas  per I/O");
+  for (const SsdUnitSample& u : r.ssd_units) {
+    char b[200];
+    std::snprintf(b, sizeof b, "  %-31s %3d %7.0f %8.3f ms %7.3f ms %8.2f %7.2f us",
+                  u.what.c_str(), u.queue_depth, u.ios, u.seconds * 1e3, u.predicted_s * 1e3,
+                  u.predicted_s / u.seconds, u.seconds / u.ios * 1e6);
+    line(b);
+  }
+  line("device gather: " + r.device_gather_method + "; gather_bw " +
+       Fmt("%.3f", r.gpu_gather_bw / 1e9) + " GB/s, sm_share " +
+       Fmt("%.3f", r.gpu_gather_sm_share));
+  if (r.host_gemm_slowdown >= 0) {
+    line("  (host: an Eigen GEMM beside a gathering thread ran " +
+         Fmt("%+.1f", r.host_gemm_slowdown * 100) + "% slower; not written: modeled compute)");
   }
   return s;
 }

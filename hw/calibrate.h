@@ -2,18 +2,39 @@
 // Calibration (`kvtier calibrate`): measures this machine with the hw path's own engine and
 // writes a hardware profile INI the simulator reads (configs/hardware/*.ini keys), so the
 // simulator's SSD, memory, PCIe and compute models can be checked against `kvtier hw`
-// (notes/hw-path.md 6.5 item 9).
+// (notes/hw-path.md 6.5 item 9). Each key's `source` is written into the profile.
 //
 //   ssd.read_bw      O_DIRECT random reads of `block` bytes at queue depth `queue_depth`
 //                    through the IoEngine (io_uring, else pread), on a scratch file
 //   ssd.latency      QD1 mean time per read minus block / read_bw (the sim charges
-//                    ceil(ios/QD) * latency + bytes / bw)
+//                    ceil(ios/QD) * latency + bytes / bw); then checked, not fitted, against
+//                    whole-chunk reads and 4 KiB-aligned extent reads (1-8 per chunk) through
+//                    the same engine: measured vs that formula's prediction (ssd_units)
 //   ssd.write_bw     chunk-sized ChunkStore::Put records (O_DIRECT, sync off, as kvtier hw)
 //   cpu.memcpy_bw    cold block copies cycling through two arenas (never one hot buffer)
-//   cpu.gather_bw    rows of `row_bytes` gathered out of staged chunks (half the rows)
-//   pcie.h2d/d2h_bw  cuda: pinned cudaMemcpyAsync timed with events; host backend: memcpy into
-//                    a separate "device" arena (what the host backend's copies cost)
-//   pcie.latency     per-copy overhead: small (4 KiB) copy time minus bytes / bw
+//   cpu.gather_bw, cpu.gather_run_cost
+//                    gathers of k in {1..64} rows of 64-row chunks (rows spread: k runs; or
+//                    adjacent: 1 run), row sizes 256 B - 20 KiB, one memcpy per run as the hw
+//                    gather does; fit seconds = runs * run_cost + bytes / bw (FitGather)
+//   pcie.h2d/d2h_bw, pcie.latency
+//                    the copy curve: copies of 256 B .. 64 MiB (--quick: .. 4 MiB), many per
+//                    size, cycling through the buffers; fit seconds = calls * latency +
+//                    bytes / bw (FitCopyCurve). host backend: memcpy from a host arena into
+//                    the "device" arena, as host_backend.cc's Copy does per piece; cuda:
+//                    cudaMemcpyAsync from a cudaHostRegister'ed arena (hw/calibrate_cuda.cc)
+//   pcie.batch_latency, pcie.descriptor_cost
+//                    batched calls of 1..1024 descriptors of 256 B and 4 KiB; fit seconds =
+//                    batch_latency + descriptors * descriptor_cost + bytes / bw (FitBatch,
+//                    bw fitted too and printed beside pcie.h2d_bw). host: the
+//                    emulation is a memcpy loop over the descriptors (so these are memcpy
+//                    call costs, not a driver's); cuda: cudaMemcpyBatchAsync
+//   gpu.gather_bw, gpu.gather_sm_share
+//                    host: the emulated device gather is the same memcpy per run into the
+//                    "device" arena, so gather_bw = the CPU gather fit's bandwidth, and the
+//                    share is 0 (modeled compute is a sleep that nothing slows; the slowdown
+//                    of a real Eigen GEMM next to a gather thread is printed, not written);
+//                    cuda: a gather kernel over mapped pinned memory, and the slowdown of a
+//                    cuBLAS GEMM running beside it
 //   gpu.flops        cuda: cuBLAS fp32 GEMM; host: Eigen fp32 GEMM, with gpu.efficiency = 1
 //                    (the measured rate already is the achieved one)
 //   gpu.mem_bw       host: memcpy bandwidth; cuda: device-to-device copy
@@ -39,10 +60,13 @@
 // are allocated in fp32.
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "core/model_spec.h"
 #include "core/status.h"
+#include "hw/calibrate_fit.h"
 #include "models/layer_table.h"
 
 namespace kvtier::hw {
@@ -56,6 +80,19 @@ struct CalibrateOptions {
   bool quick = false;
   bool allow_buffered = false;    // measure a file system without O_DIRECT (recorded in source)
   std::string layer_table;        // [gpu] layer_table the profile names (a CSV beside it); "" none
+  // Called with one line per measurement step as it starts (`kvtier calibrate` prints it on
+  // stderr); may be empty.
+  std::function<void(const std::string&)> progress;
+};
+
+// One SSD read check: `ios` reads of `bytes` in total at queue depth `queue_depth`, measured
+// (median of the repetitions) against the simulator's formula with the calibrated read_bw and
+// latency (PredictSsdReadSeconds).
+struct SsdUnitSample {
+  std::string what;          // e.g. "whole 65536 B chunks", "4 x 4 KiB extents / chunk"
+  int queue_depth = 1;
+  double ios = 0, bytes = 0;
+  double seconds = 0, predicted_s = 0;
 };
 
 struct CalibrateResult {
@@ -69,6 +106,21 @@ struct CalibrateResult {
   double op_overhead_s = 0;  // cpu.op_overhead
   std::string gpu_name;
   double seconds = 0;       // how long calibration took
+
+  // The copy curve and its fit (pcie.latency, pcie.h2d_bw), the gathers (cpu.gather_*), the
+  // batched calls (pcie.batch_latency, pcie.descriptor_cost), the SSD read-unit checks.
+  std::vector<CopySample> copy_curve;
+  CopyFit copy_fit;
+  std::vector<GatherSample> gathers;
+  GatherFit gather_fit;
+  std::vector<BatchSample> batches;
+  BatchFit batch_fit;
+  std::vector<SsdUnitSample> ssd_units;
+  double gather_run_cost_s = 0, batch_latency_s = 0, descriptor_cost_s = 0;
+  double gpu_gather_bw = 0, gpu_gather_sm_share = 0;
+  double host_gemm_slowdown = -1;  // host: real GEMM beside a gather thread, t/t_alone - 1
+  // How each group of keys was measured, for the profile's `source` line and comments.
+  std::string copy_method, batch_method, gather_method, device_gather_method;
 };
 
 // Measures. IoError/Unavailable when the scratch file cannot be used (e.g. no O_DIRECT).
@@ -76,6 +128,10 @@ Status Calibrate(const CalibrateOptions& options, CalibrateResult* out);
 
 // The profile INI text ([hardware] name/source, [ssd], [cpu], [pcie], [gpu]).
 std::string ProfileIni(const CalibrateOptions& options, const CalibrateResult& r);
+
+// The human-readable tables of what was measured (copy curve, gathers, batches, SSD read
+// units, each with the fit's prediction and residual), for stderr.
+std::string MeasurementTable(const CalibrateResult& r);
 
 // See the file comment. `probe_heads` is clamped to [1, kv_heads]. Fills `out` (points and the
 // `model`/`source` meta lines).

@@ -28,3 +28,5 @@ endif()
 # backend was asked to do, for every strategy, SSD read unit and system (issue 14).
 kvtier_add_test(NAME hw_strategy_parity_test SOURCES strategy_parity_test.cc
                 LIBS kvtier_hw kvtier_sim kvtier_testutil LABELS parity)
+kvtier_add_test(NAME hw_calibrate_fit_test SOURCES calibrate_fit_test.cc LIBS kvtier_hwrun
+                LABELS unit)
