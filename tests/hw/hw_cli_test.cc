@@ -34,8 +34,18 @@ TEST(KvtierCalibrate, QuickProfileIsAValidHardwareInclude) {
   std::stringstream text;
   text << f.rdbuf();
   for (const char* key : {"[hardware]", "source = kvtier calibrate", "[ssd]", "read_bw", "latency",
-                          "[cpu]", "memcpy_bw", "gather_bw", "[pcie]", "h2d_bw", "[gpu]"}) {
+                          "[cpu]", "memcpy_bw", "gather_bw", "[pcie]", "h2d_bw", "[gpu]",
+                          // issue 14's transfer-strategy keys, each with its method in `source`
+                          "\ngather_run_cost = ", "\nbatch_latency = ", "\ndescriptor_cost = ",
+                          "\ngather_sm_share = ", "pcie.h2d_bw/d2h_bw/latency: fit of the copy curve",
+                          "pcie.batch_latency/descriptor_cost: fit", "host emulation",
+                          "cpu.gather_bw/gather_run_cost: fit", "; ssd check: whole 64 KiB chunks"}) {
     EXPECT_NE(text.str().find(key), std::string::npos) << key << " missing in\n" << text.str();
+  }
+  // What was measured is printed on stderr: the samples with the fits and their residuals.
+  for (const char* table : {"copy curve", "fit: latency", "cpu gathers", "fit: run cost",
+                            "batched copies", "ssd read units", "4 x 4 KiB extents / chunk"}) {
+    EXPECT_NE(out.find(table), std::string::npos) << table << " missing in\n" << out;
   }
   const std::string exp = dir.path() + "/exp.ini";
   std::ofstream(exp) << "[include]\nmodel = smollm2-135m\nhardware = " << ini
