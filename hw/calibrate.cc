@@ -138,27 +138,38 @@ std::uint64_t CycleOffset(std::uint64_t i, std::uint64_t size, std::uint64_t are
   return (i % slots) * step;
 }
 
-// The copy curve on the host backend: `calls` memcpys of `size` bytes from a host arena into
-// the "device" arena (what host_backend.cc's Copy does per piece), cycling through both.
-double HostCopySeconds(std::byte* dst, const std::byte* src, std::uint64_t arena,
-                       std::uint64_t size, std::uint64_t calls) {
+// The copy curve on the host backend: memcpys of `size` bytes from a host arena into the
+// "device" arena (what host_backend.cc's Copy does per piece), cycling through both, for at
+// least `min_calls` calls and `min_s` seconds. Each sample spans many of this VM's throttling
+// periods: single 16 MiB copies alternate between ~7.5 and ~2.7 GB/s in time (a host-side
+// duty cycle of a few ms), so a sample of one or two periods lands in either mode.
+CopySample HostCopy(std::byte* dst, const std::byte* src, std::uint64_t arena, std::uint64_t size,
+                    std::uint64_t min_calls, double min_s) {
   const std::int64_t t0 = MonotonicNowNs();
-  for (std::uint64_t i = 0; i < calls; ++i) {
+  const std::int64_t until = t0 + std::int64_t(min_s * 1e9);
+  std::uint64_t i = 0;
+  while (i < min_calls || (i % 16 != 0) || MonotonicNowNs() < until) {
     const std::uint64_t so = CycleOffset(i, size, arena);
     const std::uint64_t d = CycleOffset(i * 7 + 3, size, arena);
     std::memcpy(dst + d, src + so, size);
+    ++i;
   }
-  return Seconds(t0, MonotonicNowNs());
+  return {double(size), double(i), Seconds(t0, MonotonicNowNs())};
 }
 
-// One gather sample: chunks of 64 rows of `row` bytes laid back to back in `src`; from each,
-// `k` rows -- spread (every 64/k-th row: k runs) or adjacent (rows 0..k-1: one run) -- are
-// copied one memcpy per run, back to back into `dst`, until about `target` bytes have moved.
+// One gather sample: chunks of 64 rows of `row` bytes in `src`; from each, `k` rows -- spread
+// (every 64/k-th row: k runs) or adjacent (rows 0..k-1: one run) -- are copied one memcpy per
+// run, back to back into `dst`, until about `target` bytes have moved. The chunks and the
+// destination continue where the previous sample stopped (`cursor`, cycling through both
+// arenas, as the hw gather ring cycles), so no sample finds the last one's bytes in cache:
+// keeping the destination at one offset made it cache-resident and split the samples into
+// a ~3 GB/s (cold) and a ~9 GB/s (warm) group on this VM. At least `target` bytes and
+// `min_s` seconds (several throttling periods, see HostCopy).
 GatherSample GatherOnce(std::byte* dst, const std::byte* src, std::uint64_t arena,
-                        std::uint64_t row, int k, bool spread, std::uint64_t target) {
+                        std::uint64_t row, int k, bool spread, std::uint64_t target,
+                        double min_s, std::uint64_t* cursor) {
   constexpr int kRows = 64;
   const std::uint64_t chunk = kRows * row;
-  const std::uint64_t chunks = std::max<std::uint64_t>(1, arena / chunk);
   // The runs of one chunk: (first row, rows).
   std::vector<std::pair<int, int>> runs;
   if (spread && k < kRows) {
@@ -168,21 +179,26 @@ GatherSample GatherOnce(std::byte* dst, const std::byte* src, std::uint64_t aren
     runs.push_back({0, k});
   }
   const std::uint64_t per_chunk = std::uint64_t(k) * row;
-  const std::uint64_t n_chunks = std::max<std::uint64_t>(1, target / per_chunk);
-  std::uint64_t out = 0, moved = 0;
+  const std::uint64_t min_chunks = std::max<std::uint64_t>(1, target / per_chunk);
+  std::uint64_t in = cursor[0], out = cursor[1], moved = 0, n_chunks = 0;
   const std::int64_t t0 = MonotonicNowNs();
-  for (std::uint64_t c = 0; c < n_chunks; ++c) {
-    const std::byte* base = src + ((c * 7919) % chunks) * chunk;
+  const std::int64_t until = t0 + std::int64_t(min_s * 1e9);
+  for (; n_chunks < min_chunks || MonotonicNowNs() < until; ++n_chunks) {
+    if (in + chunk > arena) in = 0;
     if (out + per_chunk > arena) out = 0;
+    const std::byte* base = src + in;
     for (const auto& [first, n] : runs) {
       const std::uint64_t len = std::uint64_t(n) * row;
       std::memcpy(dst + out, base + std::uint64_t(first) * row, len);
       out += len;
       moved += len;
     }
+    in += chunk;
   }
   GatherSample g;
   g.seconds = Seconds(t0, MonotonicNowNs());
+  cursor[0] = in;
+  cursor[1] = out;
   g.runs = double(n_chunks * runs.size());
   g.bytes = double(moved);
   g.rows_per_chunk = k;
@@ -190,23 +206,25 @@ GatherSample GatherOnce(std::byte* dst, const std::byte* src, std::uint64_t aren
   return g;
 }
 
-// One emulated batched call (the host backend's batched copy): the descriptor list built,
-// then one memcpy per descriptor into the "device" arena.
+// Emulated batched calls (the host backend's batched copy): per call the descriptor list is
+// built, then one memcpy per descriptor into the "device" arena; calls repeat for at least
+// `min_calls` and `min_s` seconds (see HostCopy); returns the mean seconds per call.
 double HostBatchSeconds(std::byte* dst, const std::byte* src, std::uint64_t arena,
-                        std::uint64_t size, int descriptors, int calls, std::uint64_t* cursor) {
+                        std::uint64_t size, int descriptors, int min_calls, double min_s,
+                        std::uint64_t* cursor) {
   std::vector<CopyPiece> pieces(static_cast<std::size_t>(descriptors));
-  std::vector<double> t;
-  for (int c = 0; c < calls; ++c) {
-    const std::int64_t t0 = MonotonicNowNs();
+  const std::int64_t t0 = MonotonicNowNs();
+  const std::int64_t until = t0 + std::int64_t(min_s * 1e9);
+  int calls = 0;
+  for (; calls < min_calls || MonotonicNowNs() < until; ++calls) {
     for (int i = 0; i < descriptors; ++i) {
       const std::uint64_t n = (*cursor)++;
       pieces[std::size_t(i)] = {dst + CycleOffset(n * 7 + 3, size, arena),
                                 src + CycleOffset(n, size, arena), size};
     }
     for (const CopyPiece& p : pieces) std::memcpy(p.dst, p.src, p.bytes);
-    t.push_back(Seconds(t0, MonotonicNowNs()));
   }
-  return Median(t);
+  return Seconds(t0, MonotonicNowNs()) / calls;
 }
 
 }  // namespace
@@ -365,20 +383,22 @@ Status Calibrate(const CalibrateOptions& options, CalibrateResult* out) {
     // Repetitions interleaved across sizes (a burst of load on this shared machine then hits
     // one repetition of every size, not every repetition of one); the median is kept.
     const int reps = q ? 3 : 5;
-    const std::uint64_t budget = q ? (16ull << 20) : (512ull << 20);
-    std::vector<std::uint64_t> sizes, calls;
+    const double min_s = q ? 0.004 : 0.03;
+    std::vector<std::uint64_t> sizes;
     for (std::uint64_t size = 256; size <= (q ? (4ull << 20) : (64ull << 20)); size *= 4) {
       sizes.push_back(size);
-      calls.push_back(std::clamp<std::uint64_t>(budget / size, 8, q ? 4000 : 40000));
     }
-    std::vector<std::vector<double>> t(sizes.size());
+    std::vector<std::vector<CopySample>> t(sizes.size());
     for (int rep = 0; rep < reps; ++rep) {
       for (std::size_t i = 0; i < sizes.size(); ++i) {
-        t[i].push_back(HostCopySeconds(b->base(), a->base(), arena, sizes[i], calls[i]));
+        t[i].push_back(HostCopy(b->base(), a->base(), arena, sizes[i], 8, min_s));
       }
     }
-    for (std::size_t i = 0; i < sizes.size(); ++i) {
-      r.copy_curve.push_back({double(sizes[i]), double(calls[i]), Median(t[i])});
+    for (auto& v : t) {  // the sample of median time per call
+      std::sort(v.begin(), v.end(), [](const CopySample& x, const CopySample& y) {
+        return x.seconds / x.calls < y.seconds / y.calls;
+      });
+      r.copy_curve.push_back(v[v.size() / 2]);
     }
     r.copy_fit = FitCopyCurve(r.copy_curve);
     r.copy_method = "host memcpy per piece from a host arena into the device arena";
@@ -406,8 +426,9 @@ Status Calibrate(const CalibrateOptions& options, CalibrateResult* out) {
     }
     const std::vector<int> ks = q ? std::vector<int>{1, 8, 64}
                                   : std::vector<int>{1, 2, 4, 8, 16, 32, 64};
-    const std::uint64_t target = q ? (1ull << 20) : (16ull << 20);
-    const int reps = q ? 3 : 5;
+    const std::uint64_t target = q ? (256ull << 10) : (4ull << 20);
+    const double min_s = q ? 0.003 : 0.03;
+    const int reps = 3;
     struct Config {
       std::uint64_t row;
       int k;
@@ -424,15 +445,16 @@ Status Calibrate(const CalibrateOptions& options, CalibrateResult* out) {
     }
     // Repetitions interleaved across configurations; the median time of each is kept.
     std::vector<std::vector<GatherSample>> g(configs.size());
+    std::uint64_t cursor[2] = {0, 0};
     for (int rep = 0; rep < reps; ++rep) {
       for (std::size_t i = 0; i < configs.size(); ++i) {
         g[i].push_back(GatherOnce(b->base(), a->base(), arena, configs[i].row, configs[i].k,
-                                  configs[i].spread, target));
+                                  configs[i].spread, target, min_s, cursor));
       }
     }
     for (auto& v : g) {
       std::sort(v.begin(), v.end(), [](const GatherSample& x, const GatherSample& y) {
-        return x.seconds < y.seconds;
+        return x.seconds / x.bytes < y.seconds / y.bytes;  // the sample of median rate
       });
       r.gathers.push_back(v[v.size() / 2]);
     }
@@ -458,8 +480,8 @@ Status Calibrate(const CalibrateOptions& options, CalibrateResult* out) {
     for (int rep = 0; rep < reps; ++rep) {
       for (std::size_t i = 0; i < configs.size(); ++i) {
         const auto [size, n] = configs[i];
-        const int calls = q ? std::max(3, 1000 / n) : std::max(20, 20000 / n);
-        t[i].push_back(HostBatchSeconds(b->base(), a->base(), arena, size, n, calls, &cursor));
+        t[i].push_back(
+            HostBatchSeconds(b->base(), a->base(), arena, size, n, 3, q ? 0.003 : 0.03, &cursor));
       }
     }
     for (std::size_t i = 0; i < configs.size(); ++i) {
@@ -486,7 +508,10 @@ Status Calibrate(const CalibrateOptions& options, CalibrateResult* out) {
     // beside an emulated device gather on this machine's cores); printed, not written.
     std::atomic<bool> stop{false};
     std::thread g([&] {
-      while (!stop.load()) GatherOnce(b->base(), a->base(), arena, 1024, 8, true, 1 << 20);
+      std::uint64_t cursor[2] = {0, 0};
+      while (!stop.load()) {
+        GatherOnce(b->base(), a->base(), arena, 1024, 8, true, 1 << 20, 0, cursor);
+      }
     });
     const double beside = HostCompute::MeasureGemmFlops(256, 1536, 576, q ? 3 : 10);
     stop = true;
