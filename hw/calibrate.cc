@@ -49,6 +49,20 @@ std::string SizeName(double bytes) {
   return Fmt("%.0f B", bytes);
 }
 
+// The 1, 5 and 15-minute load averages ("" where /proc/loadavg is absent): a shared machine's
+// numbers are only comparable at similar load, so the profile records them.
+std::string LoadAverage() {
+  std::FILE* f = std::fopen("/proc/loadavg", "r");
+  if (!f) return "";
+  double a = 0, b = 0, c = 0;
+  const int n = std::fscanf(f, "%lf %lf %lf", &a, &b, &c);
+  std::fclose(f);
+  if (n != 3) return "";
+  char t[64];
+  std::snprintf(t, sizeof t, "%.2f %.2f %.2f", a, b, c);
+  return t;
+}
+
 void Progress(const CalibrateOptions& o, const std::string& line) {
   if (o.progress) o.progress(line);
 }
@@ -231,6 +245,7 @@ double HostBatchSeconds(std::byte* dst, const std::byte* src, std::uint64_t aren
 
 Status Calibrate(const CalibrateOptions& options, CalibrateResult* out) {
   CalibrateResult r;
+  r.load_before = LoadAverage();
   const std::int64_t start = MonotonicNowNs();
   const bool q = options.quick;
   const std::uint64_t block = RoundUp(std::max<std::uint64_t>(options.block, 4096), 4096);
@@ -563,6 +578,7 @@ Status Calibrate(const CalibrateOptions& options, CalibrateResult* out) {
     KVTIER_RETURN_IF_ERROR(CalibrateCuda(options, &r));
   }
   r.seconds = Seconds(start, MonotonicNowNs());
+  r.load_after = LoadAverage();
   *out = r;
   return Status::OK();
 }
@@ -579,6 +595,10 @@ std::string ProfileIni(const CalibrateOptions& o, const CalibrateResult& r) {
        r.io_backend + (r.direct_io ? " O_DIRECT" : " BUFFERED (not a real SSD measurement)") +
        ", block " + std::to_string(o.block) + " B at QD " + std::to_string(o.queue_depth) +
        (o.quick ? ", --quick" : "") + ", " + Fmt("%.1f", r.seconds) + " s.\n";
+  if (!r.load_before.empty()) {
+    s += "; Load average (1/5/15 min) " + r.load_before + " at the start, " + r.load_after +
+         " at the end.\n";
+  }
   s += "; QD1 read bandwidth " + Fmt("%.3f", r.ssd_qd1_bw / 1e9) + " GB/s.\n";
   for (const SsdUnitSample& u : r.ssd_units) {
     s += "; ssd check: " + u.what + " at QD " + std::to_string(u.queue_depth) + ": " +

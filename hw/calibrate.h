@@ -106,6 +106,7 @@ struct CalibrateResult {
   double op_overhead_s = 0;  // cpu.op_overhead
   std::string gpu_name;
   double seconds = 0;       // how long calibration took
+  std::string load_before, load_after;  // /proc/loadavg's 1/5/15-minute averages ("" if absent)
 
   // The copy curve and its fit (pcie.latency, pcie.h2d_bw), the gathers (cpu.gather_*), the
   // batched calls (pcie.batch_latency, pcie.descriptor_cost), the SSD read-unit checks.
