@@ -110,7 +110,7 @@ constexpr KeySpec kKeys[] = {
      "(tokens kept with their mean importance as probability)"},
     {"cache.policy", K::kEnum, "lru", nullptr, "GPU/CPU cache ranking (core/cache_policy.h)",
      &CachePolicyChoices},
-    {"transfer.strategy", K::kEnum, "legacy", nullptr,
+    {"transfer.strategy", K::kEnum, "staged_gather", nullptr,
      "how selected rows move to the GPU (core/transfer_strategy.h)", &TransferStrategyChoices},
     {"transfer.ssd_read_unit", K::kEnum, "chunk", nullptr,
      "what an SSD read fetches of a partly needed chunk (core/transfer_strategy.h)",

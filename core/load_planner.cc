@@ -305,7 +305,6 @@ void LoadPlanner::Plan(int layer, KvKind kind, const Selection& sel, bool demand
   const bool detail = run_.options().chunk_detail;
   const TransferStrategy strategy = run_.system().transfer_strategy;
   const bool extent_reads = run_.system().ssd_read_unit == SsdReadUnit::kExtent;
-  group->from_ssd.from_ssd = true;
   for (std::size_t s = 0; s < nslots; ++s) {
     if (count[s] == 0) continue;
     const std::span<const std::uint16_t> r(rows_base + offset[s], count[s]);

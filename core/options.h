@@ -61,7 +61,7 @@ struct SystemOptions {
   double reorder_history_weight = 0.8;
   double reorder_min_gain = 0.2;     // share of expected touched chunks a repack must save
   std::string cache_policy = "lru";
-  TransferStrategy transfer_strategy = TransferStrategy::kLegacy;  // transfer.strategy
+  TransferStrategy transfer_strategy = TransferStrategy::kStagedGather;  // transfer.strategy
   SsdReadUnit ssd_read_unit = SsdReadUnit::kChunk;                 // transfer.ssd_read_unit
   TieredCacheOptions cache;          // capacities, history weight
   int chunk_tokens = 64;

@@ -20,8 +20,6 @@ constexpr TransferStrategyInfo kStrategies[] = {
      "one batched-copy call with a descriptor per run (cudaMemcpyBatchAsync)"},
     {"device_gather", TransferStrategy::kDeviceGather,
      "one GPU kernel gathers the runs from mapped pinned host memory (uses SMs)"},
-    {"legacy", TransferStrategy::kLegacy,
-     "the accounting before strategies: one DMA per chunk of the needed rows"},
 };
 
 constexpr SsdReadUnitInfo kReadUnits[] = {
@@ -86,16 +84,6 @@ void AddRows(TransferStrategy strategy, const RowLoad& load, bool detail, RowOps
                                                            : CopyMethod::kDeviceGather;
       h2d.ios = 1;  // one call / one launch for the whole op
       h2d.descriptors += load.runs;
-      h2d.bytes += load.bytes;
-      if (detail) h2d.chunks.push_back({load.chunk, load.bytes, rows(), {}});
-      return;
-    case TransferStrategy::kLegacy:
-      if (ops->from_ssd && !load.whole) {
-        ++ops->gather.ios;
-        ops->gather.bytes += load.bytes;
-        if (detail) ops->gather.chunks.push_back({load.chunk, load.bytes, rows(), {}});
-      }
-      ++h2d.ios;
       h2d.bytes += load.bytes;
       if (detail) h2d.chunks.push_back({load.chunk, load.bytes, rows(), {}});
       return;

@@ -43,9 +43,6 @@ enum class TransferStrategy : std::uint8_t {
   kStagedGather,
   kBatched,
   kDeviceGather,
-  // Until staged_gather becomes the default: what the planner did before strategies existed
-  // (one DMA per chunk of the needed rows; rows of partly needed SSD-read chunks gathered first).
-  kLegacy,
 };
 
 enum class SsdReadUnit : std::uint8_t {
@@ -102,7 +99,6 @@ struct RowOps {
   TransferOp gather;
   TransferOp h2d;
   std::uint8_t kinds = 0;  // bit k: rows of KvKind k are in the op
-  bool from_ssd = false;   // the rows were just read from the SSD into host staging
   bool empty() const { return h2d.bytes == 0; }
 };
 

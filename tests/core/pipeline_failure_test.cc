@@ -151,18 +151,16 @@ TransferKind TransferOf(OpKind k) {
 // and ITF systems gather the rows they keep.
 const std::map<std::string, std::set<OpKind>>& KindsBySystem() {
   static const std::set<OpKind> all(std::begin(kAllKinds), std::end(kAllKinds));
-  static const std::set<OpKind> whole_chunks = {OpKind::kSsdRead, OpKind::kSsdWrite,
-                                                OpKind::kH2D, OpKind::kD2H, OpKind::kCompute};
   static const std::map<std::string, std::set<OpKind>> kinds = {
       {"recomp", {OpKind::kCompute}},
-      {"as", whole_chunks},
+      {"as", all},  // staged_gather (the default) gathers every load
       {"as_h2o_lru", all},
       {"as_h2o_lfu", all},
       {"impress", all},
       {"spec", all},
       {"ablation_itf", all},
       {"ablation_ro", all},
-      {"cake", whole_chunks},
+      {"cake", all},
       {"spec_cake", all},
   };
   return kinds;

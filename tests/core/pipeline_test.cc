@@ -348,10 +348,12 @@ TEST(PipelineTest, CakeLoadsGatherPartlyNeededChunksAndNameTheChunksOfCacheMoves
     for (const ChunkIo& c : t.chunks) sum += c.bytes;
     EXPECT_EQ(sum, t.bytes) << TransferKindName(t.kind) << " " << PurposeName(t.purpose);
     if (t.kind == TransferKind::kCpuGather) {
-      ++gathers;
+      // staged_gather (the default) gathers every loaded chunk; a stored chunk the Cake chunk
+      // straddles contributes only its rows inside the Cake chunk.
       for (const ChunkIo& c : t.chunks) {
         EXPECT_FALSE(c.rows.empty());
-        EXPECT_LT(c.rows.size(), 4u);  // only the rows inside the Cake chunk
+        EXPECT_LE(c.rows.size(), 4u);
+        gathers += c.rows.size() < 4u;
       }
     }
     demotes += t.purpose == Purpose::kDemote;

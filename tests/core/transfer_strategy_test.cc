@@ -237,7 +237,6 @@ TEST(TransferStrategyPipeline, EveryLoadOfEverySystemFollowsTheTable) {
   ASSERT_GE(systems.size(), 10u);
   for (const std::string& system : systems) {
     for (const TransferStrategyInfo& info : TransferStrategies()) {
-      if (info.strategy == TransferStrategy::kLegacy) continue;
       for (const char* cpu : {"0", "1MiB"}) {  // every chunk from the SSD; CPU hits too
         SCOPED_TRACE(system + " / " + std::string(info.name) + " / cpu " + cpu);
         StrategyRun run(system, std::string(info.name), cpu);
@@ -312,7 +311,6 @@ TEST(TransferStrategyPipeline, EveryLoadOfEverySystemFollowsTheTable) {
               EXPECT_EQ(op.ios, 1u);
               EXPECT_EQ(op.descriptors, runs);
               break;
-            case TransferStrategy::kLegacy: break;
           }
         }
         if (system != "recomp") {

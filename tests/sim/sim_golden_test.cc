@@ -57,9 +57,12 @@ TEST(SimGolden, OneLayerAsRequestFromSsd) {
   // K and V of 128 tokens: 2 chunks of 64 * 128 B = 8 KiB each, per kind.
   // SSD: K and V reads (16384 B, 2 I/Os each: one wave of 80 us at QD 32) run concurrently, so
   //   each gets 2.5 GB/s for (16384 + 80e-6 * 5e9) B = 416384 B -> 166.5536 us.
-  // PCIe: K and V copies (16384 B + 2 copies * 10 us * 25e9 B/s = 516384 B each) share
-  //   25 GB/s -> 41.31072 us.
-  const double io = 166.5536e-6 + 41.31072e-6;
+  // staged_gather (the default): the CPU gathers each kind's 2 runs (2 whole chunks) into
+  //   staging: K and V gathers of (16384 + 2 runs * 100 ns * 8e9 B/s = 17984 B) share
+  //   8 GB/s -> 4.496 us;
+  // PCIe: then one DMA per kind: K and V copies (16384 B + 1 copy * 10 us * 25e9 B/s =
+  //   266384 B each) share 25 GB/s -> 21.31072 us.
+  const double io = 166.5536e-6 + 4.496e-6 + 21.31072e-6;
   ComputeOp layer;
   layer.kind = ComputeKind::kLayerPrefill;
   layer.layer = 0;
