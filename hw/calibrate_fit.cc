@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace kvtier::hw {
 
@@ -62,63 +63,73 @@ std::vector<double> Residuals(const std::vector<std::vector<double>>& x,
   return r;
 }
 
+// The samples of one fit: rows `x` (one term per parameter) and times `y`.
+struct Rows {
+  std::vector<std::vector<double>> x;
+  std::vector<double> y;
+  void Add(std::vector<double> terms, double seconds) {
+    x.push_back(std::move(terms));
+    y.push_back(seconds);
+  }
+};
+
+// Fits `rows` minimising relative residuals (weights 1 / t^2) into *p and *residuals. False
+// when there are fewer samples than parameters, the system is singular, or the last parameter
+// (the seconds per byte of every fit here) is not positive.
+bool FitRelative(const Rows& rows, std::size_t params, std::vector<double>* p,
+                 std::vector<double>* residuals) {
+  if (rows.x.size() < params) return false;
+  std::vector<double> w;
+  for (double t : rows.y) w.push_back(1 / (t * t));
+  if (!WeightedLeastSquares(rows.x, rows.y, w, p) || !((*p)[params - 1] > 0)) return false;
+  *residuals = Residuals(rows.x, rows.y, *p);
+  return true;
+}
+
 }  // namespace
 
 CopyFit FitCopyCurve(const std::vector<CopySample>& samples) {
   CopyFit f;
   // seconds = calls * latency + (calls * bytes) * (1 / bw)
-  std::vector<std::vector<double>> x;
-  std::vector<double> y, w;
+  Rows rows;
   for (const CopySample& s : samples) {
-    if (!(s.seconds > 0) || !(s.calls > 0)) continue;
-    x.push_back({s.calls, s.calls * s.bytes});
-    y.push_back(s.seconds);
-    w.push_back(1 / (s.seconds * s.seconds));
+    if (s.seconds > 0 && s.calls > 0) rows.Add({s.calls, s.calls * s.bytes}, s.seconds);
   }
   std::vector<double> p;
-  if (x.size() < 2 || !WeightedLeastSquares(x, y, w, &p) || !(p[1] > 0)) return f;
+  if (!FitRelative(rows, 2, &p, &f.residuals)) return f;
   f.latency_s = p[0];
   f.bw = 1 / p[1];
-  f.residuals = Residuals(x, y, p);
   f.ok = true;
   return f;
 }
 
 GatherFit FitGather(const std::vector<GatherSample>& samples) {
   GatherFit f;
-  std::vector<std::vector<double>> x;
-  std::vector<double> y, w;
+  // seconds = runs * run_cost + bytes * (1 / bw)
+  Rows rows;
   for (const GatherSample& s : samples) {
-    if (!(s.seconds > 0)) continue;
-    x.push_back({s.runs, s.bytes});
-    y.push_back(s.seconds);
-    w.push_back(1 / (s.seconds * s.seconds));
+    if (s.seconds > 0) rows.Add({s.runs, s.bytes}, s.seconds);
   }
   std::vector<double> p;
-  if (x.size() < 2 || !WeightedLeastSquares(x, y, w, &p) || !(p[1] > 0)) return f;
+  if (!FitRelative(rows, 2, &p, &f.residuals)) return f;
   f.run_cost_s = p[0];
   f.bw = 1 / p[1];
-  f.residuals = Residuals(x, y, p);
   f.ok = true;
   return f;
 }
 
 BatchFit FitBatch(const std::vector<BatchSample>& samples) {
   BatchFit f;
-  std::vector<std::vector<double>> x;
-  std::vector<double> y, w;
+  // seconds = batch_latency + descriptors * descriptor_cost + bytes * (1 / bw)
+  Rows rows;
   for (const BatchSample& s : samples) {
-    if (!(s.seconds > 0)) continue;
-    x.push_back({1.0, s.descriptors, s.bytes});
-    y.push_back(s.seconds);
-    w.push_back(1 / (s.seconds * s.seconds));
+    if (s.seconds > 0) rows.Add({1.0, s.descriptors, s.bytes}, s.seconds);
   }
   std::vector<double> p;
-  if (x.size() < 3 || !WeightedLeastSquares(x, y, w, &p) || !(p[2] > 0)) return f;
+  if (!FitRelative(rows, 3, &p, &f.residuals)) return f;
   f.batch_latency_s = p[0];
   f.descriptor_cost_s = p[1];
   f.bw = 1 / p[2];
-  f.residuals = Residuals(x, y, p);
   f.ok = true;
   return f;
 }
