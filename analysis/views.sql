@@ -98,16 +98,32 @@ WHERE h.complete = 1 AND s.complete = 1 AND qh.warmup = 0 AND qh.status = 'ok'
   AND qs.status = 'ok';
 
 -- Busy time per stage and run: transfer kinds (ssd_read, ssd_write, h2d, d2h, cpu_gather) from
--- the transfers, and 'compute' as the sum of the layers' compute intervals; warm-ups included
--- on both sides alike.
+-- the transfers, and 'compute' from the layers' compute intervals; warm-ups included on both
+-- sides alike. busy_s is the time the stage had at least one op in progress (the union of the
+-- ops' [start, end) intervals): the simulator shares a link fairly between concurrent ops (two
+-- at once each take twice as long) where hw lanes run them one after another, so the sum of op
+-- durations (op_s) counts shared time twice in sim and not in hw; busy_s means the same in both.
 CREATE VIEW IF NOT EXISTS stage_busy AS
-SELECT t.run_id, t.kind AS stage, SUM(t.end_s - t.start_s) AS busy_s, SUM(t.bytes) AS bytes
-FROM transfers t JOIN runs r USING (run_id) WHERE r.complete = 1
-GROUP BY t.run_id, t.kind
-UNION ALL
-SELECT l.run_id, 'compute', SUM(l.end_s - l.start_s), 0
-FROM layers l JOIN runs r USING (run_id) WHERE r.complete = 1
-GROUP BY l.run_id;
+WITH iv AS (
+  SELECT t.run_id, t.kind AS stage, t.start_s AS s, t.end_s AS e, t.bytes AS bytes
+  FROM transfers t JOIN runs r USING (run_id) WHERE r.complete = 1
+  UNION ALL
+  SELECT l.run_id, 'compute', l.start_s, l.end_s, 0
+  FROM layers l JOIN runs r USING (run_id) WHERE r.complete = 1
+), ordered AS (
+  SELECT *, MAX(e) OVER (PARTITION BY run_id, stage ORDER BY s, e
+                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_e
+  FROM iv
+), islands AS (
+  SELECT *, SUM(CASE WHEN prev_e IS NULL OR s > prev_e THEN 1 ELSE 0 END)
+              OVER (PARTITION BY run_id, stage ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS island
+  FROM ordered
+), spans AS (
+  SELECT run_id, stage, MAX(e) - MIN(s) AS span, SUM(e - s) AS op_s, SUM(bytes) AS bytes
+  FROM islands GROUP BY run_id, stage, island
+)
+SELECT run_id, stage, SUM(span) AS busy_s, SUM(op_s) AS op_s, SUM(bytes) AS bytes
+FROM spans GROUP BY run_id, stage;
 
 -- The stages of paired sim and hw runs: (sim - hw) / hw busy time.
 CREATE VIEW IF NOT EXISTS sim_vs_hw_stages AS

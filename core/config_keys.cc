@@ -56,16 +56,17 @@ constexpr KeySpec kKeys[] = {
      "fixed cost of issuing one transfer op (thread hand-off, submission); kvtier calibrate"},
     {"pcie.h2d_bw", K::kBandwidth, "25GB/s", nullptr, "pinned host-to-device bandwidth"},
     {"pcie.d2h_bw", K::kBandwidth, "25GB/s", nullptr, "device-to-host bandwidth"},
-    {"pcie.latency", K::kDuration, "10us", nullptr,
-     "cost of one DMA call (a cudaMemcpyAsync); per_row pays it per run of rows"},
+    {"pcie.latency", K::kDuration, "2.3us", nullptr,
+     "cost of one DMA call (a cudaMemcpyAsync); per_row pays it per run of rows "
+     "(FlexKV issue 193: ~2.3 us per cudaMemcpyAsync on H20)"},
     // Transfer-strategy costs: cited public measurements (docs/transfer-strategies.md) until
     // kvtier calibrate measures them.
     {"pcie.batch_latency", K::kDuration, "2.3us", nullptr,
      "cost of one batched-copy call (cudaMemcpyBatchAsync); ~one cudaMemcpyAsync issue "
      "(FlexKV issue 193: 2.3 us on H20)"},
-    {"pcie.descriptor_cost", K::kDuration, "1.1us", nullptr,
-     "cost per descriptor inside a batched call: 2.3 us / ~2.1, the per-copy gain batching "
-     "measured (vLLM issue 40549: 5.5 vs 2.6 us; llm-d-kv-cache PR 607: 1.9-2.4x)"},
+    {"pcie.descriptor_cost", K::kDuration, "0.5us", nullptr,
+     "cost per descriptor inside a batched call (vLLM PR 48434: cuMemcpyBatchAsync ~0.5 us "
+     "of CPU per descriptor, 6.33 ms for 12,288 on H100 PCIe Gen5)"},
     {"cpu.gather_run_cost", K::kDuration, "100ns", nullptr,
      "CPU gather: cost per contiguous run of rows (one memcpy) beyond bytes / cpu.gather_bw "
      "(61-141 ns measured on the build machine, docs/transfer-strategies.md)"},
@@ -147,6 +148,10 @@ constexpr KeySpec kKeys[] = {
     {"hw.ring", K::kBytes, "64MiB", nullptr, "size of each staging, gather and device working ring"},
     {"hw.pace_pcie", K::kBool, "true", nullptr, "host backend: pace copies to pcie.h2d_bw/d2h_bw"},
     {"hw.verify", K::kBool, "false", nullptr, "check every byte of every chunk read"},
+    {"hw.driver_nice", K::kInt, "10", nullptr,
+     "nice value (0-19) of the thread that plans and submits while it serves requests: the "
+     "executor's lanes stand in for device engines and keep the process's priority "
+     "(docs/hw-mode.md)"},
 
     // [log] — what runs write to the results database
     {"log.transfers", K::kBool, "true", nullptr, "write one row per transfer"},

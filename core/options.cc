@@ -220,6 +220,10 @@ ExperimentOptions BuildOptions(const Config& c) {
   PositiveBytes(c, "hw.max_memory");
   PositiveBytes(c, "hw.ring");
   PositiveBytes(c, "hw.store_capacity");
+  if (NonNegativeInt(c, "hw.driver_nice") > 19) {
+    throw ConfigError(c.Where("hw.driver_nice") + ": hw.driver_nice = " +
+                      c.GetString("hw.driver_nice") + " is outside 0-19 (a nice value)");
+  }
   return o;
 }
 

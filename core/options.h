@@ -26,11 +26,11 @@ struct HardwareOptions {
   Seconds cpu_op_overhead = 0;     // per transfer op, before it starts (not per I/O)
   double pcie_h2d_bw = 25e9;
   double pcie_d2h_bw = 25e9;
-  Seconds pcie_latency = 10e-6;    // per DMA call (one cudaMemcpyAsync)
+  Seconds pcie_latency = 2.3e-6;   // per DMA call (one cudaMemcpyAsync; FlexKV issue 193)
   // Transfer-strategy costs (core/transfer_strategy.h); defaults are cited public measurements
   // (docs/transfer-strategies.md) until `kvtier calibrate` measures them.
   Seconds pcie_batch_latency = 2.3e-6;    // per batched-copy call (cudaMemcpyBatchAsync)
-  Seconds pcie_descriptor_cost = 1.1e-6;  // per descriptor inside a batched call
+  Seconds pcie_descriptor_cost = 0.5e-6;  // per descriptor in a batched call (vLLM PR 48434)
   Seconds cpu_gather_run_cost = 100e-9;   // per contiguous run memcpy'd by a CPU gather
   double gpu_gather_bw = 25e9;            // bytes/s a gather kernel reads mapped host memory at
   double gpu_gather_sm_share = 0.06;      // slowdown of compute overlapping a device gather

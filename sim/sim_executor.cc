@@ -201,6 +201,9 @@ void SimExecutor::Impl::Start(OpId id) {
 
 void SimExecutor::Impl::StartActivity(OpId id) {
   Op& op = At(id);
+  // A transfer starts when its resource takes it, after the cpu.op_overhead hand-off, as hw
+  // stamps it when its lane starts the copy (so stage busy times mean the same in both).
+  op.start_s = sg4::Engine::get_clock();
   sg4::ActivityPtr act;
   if (op.is_transfer && op.kind != TransferKind::kCpuGather) {
     sg4::Host* from = cpu;

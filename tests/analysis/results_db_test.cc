@@ -302,12 +302,38 @@ TEST_F(RunEndingsTest, TransfersAreLoggedWithHowTheyEnded) {
             "ssd_read|4096|1|ok\nssd_read|1024|1|failed\nh2d|0|0|aborted\n");
 }
 
+TEST_F(RunEndingsTest, StageBusyIsTheUnionOfTheOpsIntervals) {
+  // Two H2D copies sharing the link over [0, 2) and [1, 3), one more at [5, 6), one inside the
+  // first ([0.5, 1)), and an SSD read alone: the stage was busy 3 + 1 s, its ops took 5.5 s.
+  ResultsDb db(path_);
+  const long long run = db.BeginRun(Info("as"));
+  {
+    std::unique_ptr<RunLog> log = db.NewRunLog(run);
+    TransferRecord t;
+    t.kind = TransferKind::kH2D;
+    t.bytes = 100;
+    t.ios = 1;
+    for (auto [s, e] : {std::pair{0.0, 2.0}, {1.0, 3.0}, {5.0, 6.0}, {0.5, 1.0}}) {
+      t.start_s = s, t.end_s = e;
+      log->LogTransfer(t);
+    }
+    t.kind = TransferKind::kSsdRead;
+    t.start_s = 1, t.end_s = 1.25;
+    log->LogTransfer(t);
+    log->Close();
+  }
+  db.EndRun(run, 6);
+  EXPECT_EQ(Query("SELECT stage, busy_s, op_s, bytes FROM stage_busy WHERE stage != 'compute' "
+                  "ORDER BY stage"),
+            "h2d|4.0|5.5|400\nssd_read|0.25|0.25|100\n");
+}
+
 TEST_F(ResultsDbTest, SchemaTextIsPinnedToItsVersion) {
   // Files of one version must have one schema: a change of schema.sql or views.sql must come
   // with a new kResultsSchemaVersion (and its text's hash here).
-  EXPECT_EQ(kResultsSchemaVersion, 2);
+  EXPECT_EQ(kResultsSchemaVersion, 3);
   EXPECT_EQ(Sha256(std::string(kResultsSchemaSql) + kResultsViewsSql),
-            "538b04d189751c15bc1103e158a02c19072a59dbfef29acd198c89b101359a72")
+            "a48dde02d7450425f4de85e91eb19d95e5dc730e2605fa0eb6521b21cadc22bd")
       << "analysis/schema.sql or views.sql changed: bump kResultsSchemaVersion in "
          "analysis/results_db.h and pin the new hash here";
 }

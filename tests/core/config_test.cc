@@ -340,6 +340,16 @@ TEST_F(ConfigTest, ZeroHwMaxMemoryIsRejectedByTheCheck) {
   }
 }
 
+TEST_F(ConfigTest, DriverNiceOutsideZeroToNineteenIsRejectedByTheCheck) {
+  for (const std::string v : {"20", "-1"}) {
+    const std::string msg =
+        ErrorOf([&] { BuildOptions(Config::Load(Experiment(""), {"hw.driver_nice=" + v})); });
+    EXPECT_NE(msg.find("command line: hw.driver_nice"), std::string::npos) << msg;
+  }
+  EXPECT_NO_THROW(BuildOptions(Config::Load(Experiment(""), {"hw.driver_nice=0"})));
+  EXPECT_NO_THROW(BuildOptions(Config::Load(Experiment(""), {"hw.driver_nice=19"})));
+}
+
 TEST_F(ConfigTest, ConcurrentPrefills33IsRejectedByTheCheck) {
   const std::string path = Experiment("[gpu]\nconcurrent_prefills = 33\n");
   const std::string msg = ErrorOf([&] { BuildOptions(Config::Load(path, {})); });

@@ -157,7 +157,9 @@ TEST(SimExecutorGolden, OpOverheadDelaysEveryTransferOnce) {
     ex.Wait(z);
     a = ex.Retire(x), b = ex.Retire(y), c = ex.Retire(z);
   });
+  EXPECT_NEAR(a.start_s, 50e-6, 1e-12);  // stamped when the link takes it, after the hand-off
   EXPECT_NEAR(a.end_s, 50e-6 + 1e-3, 1e-12);
+  EXPECT_NEAR(b.start_s, a.end_s + 50e-6, 1e-12);
   EXPECT_NEAR(b.end_s, 2 * (50e-6 + 1e-3), 1e-12);
   EXPECT_NEAR(c.start_s, b.end_s, 1e-15);
 }
