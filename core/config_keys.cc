@@ -148,7 +148,7 @@ constexpr KeySpec kKeys[] = {
     {"hw.ring", K::kBytes, "64MiB", nullptr, "size of each staging, gather and device working ring"},
     {"hw.pace_pcie", K::kBool, "true", nullptr, "host backend: pace copies to pcie.h2d_bw/d2h_bw"},
     {"hw.verify", K::kBool, "false", nullptr, "check every byte of every chunk read"},
-    {"hw.driver_nice", K::kInt, "10", nullptr,
+    {"hw.driver_nice", K::kInt, "0", nullptr,
      "nice value (0-19) of the thread that plans and submits while it serves requests: the "
      "executor's lanes stand in for device engines and keep the process's priority "
      "(docs/hw-mode.md)"},
