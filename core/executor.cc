@@ -32,6 +32,9 @@ std::string_view PurposeName(Purpose purpose) {
     case Purpose::kReorder: return "reorder";
     case Purpose::kPromote: return "promote";
     case Purpose::kDemote: return "demote";
+    case Purpose::kDecodeFetch: return "decode_fetch";
+    case Purpose::kDecodePrefetch: return "decode_prefetch";
+    case Purpose::kDecodeOffload: return "decode_offload";
   }
   return "?";
 }

@@ -77,6 +77,13 @@ enum class Purpose : std::uint8_t {
   kReorder,   // reorderer repacking a segment
   kPromote,   // CPU -> GPU cache promotion (rest of the chunk)
   kDemote,    // GPU -> CPU cache demotion
+  // Decode (core/decode_engine.h): KV a decode step reads from CPU memory, fetched once its layer
+  // knows what to read (specache_nospec's top-k after its own scores; offload_all's whole KV),
+  // or prefetched a step ahead (specache: the speculative token's top-k); and new 16-bit KV
+  // copied to CPU memory (the prompt's at join, each step's new token).
+  kDecodeFetch,
+  kDecodePrefetch,
+  kDecodeOffload,
 };
 std::string_view PurposeName(Purpose purpose);  // "probe", "demand", ...
 
@@ -133,9 +140,18 @@ enum class ComputeKind : std::uint8_t {
   kFullScores,    // H2O: all heads' queries x all keys of `context_tokens` tokens
   kChunkPrefill,  // Cake: all layers for `new_tokens` tokens attending to `context_tokens`
   kOutputLayer,   // final norm + LM head for the last position
-  kDecodeStep,    // one decode step of all layers (SpeCache; later)
+  kDecodeStep,    // layer -1: one decode step of one sequence, all layers; layer >= 0: one
+                  // layer of a batched decode step (core/decode_engine.h; see DecodePart)
 };
 std::string_view ComputeKindName(ComputeKind kind);
+
+// Which part of a batched decode layer a kDecodeStep op (layer >= 0) computes.
+enum class DecodePart : std::uint8_t {
+  kWhole,   // the whole layer: QKV, attention, O, FFN
+  kScores,  // QKV projections and attention scores with their top-k (specache_nospec's first
+            // half: what to fetch)
+  kAttend,  // attention over the scores' context with the fetched pairs, O and FFN (its second)
+};
 
 struct ComputeOp {
   ComputeKind kind = ComputeKind::kLayerPrefill;
@@ -144,6 +160,14 @@ struct ComputeOp {
   std::int64_t new_tokens = 0;       // tokens whose hidden states are computed
   std::int64_t context_tokens = 0;   // tokens attended to (kept prefix + new tokens)
   int heads = 0;                     // KV heads scored (score steps); 0 = all
+  // A batched decode layer (kDecodeStep, layer >= 0): new_tokens = rows computed (the batch's
+  // sequences, twice that with SpeCache's speculative rows); context_tokens = query-key pairs
+  // one query head scores, summed over the rows; the KV bytes attention reads and writes, in
+  // the system's format (16-bit, KIVI codes with their scales, fetched 16-bit pairs), which
+  // only the decode engine knows. kOutputLayer: new_tokens = rows (prefill: 1).
+  DecodePart decode_part = DecodePart::kWhole;
+  Bytes kv_read_bytes = 0;
+  Bytes kv_write_bytes = 0;
 };
 
 // What a completed operation reports when it is retired: its timestamps, in executor time

@@ -41,6 +41,19 @@ struct ModelSpec {
   }
   // Bytes of one row: one token's key (or value) of one KV head in one layer.
   Bytes RowBytes() const { return Bytes(head_dim) * Bytes(dtype_bytes); }
+
+  // Parameters of one transformer layer: Q, K, V, O, the FFN's matrices (OPT two, Llama three),
+  // two norms (LayerNorm weight and bias, RMSNorm a weight) and OPT's biases. The cost model
+  // reads every one of them once per layer step (models/cost_model.h).
+  double LayerParams() const;
+  // Parameters outside the layers: the final norm, the LM head and the token embeddings
+  // (counted apart, as untied: Mistral-7B, Llama-2; a tied model holds one copy less).
+  double OuterParams() const;
+  // Bytes of all weights in GPU memory at dtype_bytes each (the decode batch's budget,
+  // core/decode_engine.h). Mistral-7B: 7.24e9 parameters, 14.5 GB.
+  Bytes WeightBytes() const {
+    return Bytes((double(layers) * LayerParams() + OuterParams()) * double(dtype_bytes));
+  }
 };
 
 std::string_view ModelFamilyName(ModelFamily family);  // "opt", "llama"

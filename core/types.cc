@@ -36,6 +36,22 @@ std::string DescribeChunk(ChunkId id) {
 
 namespace kvtier {
 
+double ModelSpec::LayerParams() const {
+  const bool opt = family == ModelFamily::kOpt;
+  const double h = hidden;
+  const double q_width = double(heads) * head_dim;
+  const double kv_width = double(kv_heads) * head_dim;
+  const double norm = (opt ? 2.0 : 1.0) * h;
+  double params = h * (q_width + 2 * kv_width) + q_width * h + (opt ? 2 : 3) * h * ffn + 2 * norm;
+  if (opt) params += q_width + 2 * kv_width + h + ffn + h;  // biases
+  return params;
+}
+
+double ModelSpec::OuterParams() const {
+  const double h = hidden;
+  return (family == ModelFamily::kOpt ? 2.0 : 1.0) * h + 2 * h * double(vocab);
+}
+
 std::string_view ModelFamilyName(ModelFamily family) {
   return family == ModelFamily::kOpt ? "opt" : "llama";
 }

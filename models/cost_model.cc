@@ -107,10 +107,8 @@ WorkCost LayerPrefillCost(const ModelSpec& model, std::int64_t n_tokens, std::in
     c.other_flops += kRopeFlops * n * (q_width + kv_width);
   }
 
-  // Weights, each read once.
-  double params = h * (q_width + 2 * kv_width) + q_width * h + mats * h * ffn + 2 * NormParams(model);
-  if (opt) params += q_width + 2 * kv_width + h + ffn + h;  // biases
-  c.weight_bytes = params * dtype;
+  // Weights, each read once (ModelSpec::LayerParams: the matrices, two norms, OPT's biases).
+  c.weight_bytes = model.LayerParams() * dtype;
   // Attention reads K and V of every context token (the new ones after they are written).
   c.kv_read_bytes = m * static_cast<double>(2 * model.KBytesPerTokenLayer());
   c.kv_write_bytes = n * static_cast<double>(2 * model.KBytesPerTokenLayer());
@@ -130,13 +128,75 @@ WorkCost LayerDecodeCost(const ModelSpec& model, std::int64_t m) {
   return LayerPrefillCost(model, 1, m);
 }
 
-WorkCost OutputLayerCost(const ModelSpec& model) {
+WorkCost OutputLayerCost(const ModelSpec& model, std::int64_t rows) {
+  KVTIER_CHECK(rows >= 1, "the output layer computes at least one row");
+  const double r = static_cast<double>(rows);
   const double h = model.hidden;
   const double vocab = model.vocab;
   WorkCost c;
-  c.other_flops = h * NormFlops(model) + 2 * h * vocab;  // final norm + LM head GEMV
+  c.other_flops = r * h * NormFlops(model) + 2 * r * h * vocab;  // final norm + LM head GEMV
   c.weight_bytes = (NormParams(model) + h * vocab) * model.dtype_bytes;
-  c.activation_bytes = (2 * h + h + vocab) * model.dtype_bytes;  // norm in/out, head in, logits
+  // Per row: norm in/out, head in, logits. (r = 1 gives the prefill's values exactly.)
+  c.activation_bytes = r * (2 * h + h + vocab) * model.dtype_bytes;
+  return c;
+}
+
+WorkCost DecodeLayerCost(const ModelSpec& model, std::int64_t rows, double pairs,
+                         double kv_read_bytes, double kv_write_bytes, DecodePart part) {
+  KVTIER_CHECK(rows >= 1 && pairs >= 0, "a decode layer needs rows >= 1 and pairs >= 0");
+  const double n = static_cast<double>(rows);
+  const double h = model.hidden;
+  const double q_width = static_cast<double>(model.heads) * model.head_dim;
+  const double kv_width = static_cast<double>(model.kv_heads) * model.head_dim;
+  const double ffn = model.ffn;
+  const double dtype = model.dtype_bytes;
+  const int mats = FfnMatrices(model);
+  const bool opt = model.family == ModelFamily::kOpt;
+  const double norm_params = NormParams(model);
+  // The same terms as LayerPrefillCost, split into the scores half and the attend half.
+  const double qkv_flops = 2 * n * h * (q_width + 2 * kv_width);
+  const double o_flops = 2 * n * q_width * h;
+  const double ffn_flops = mats * 2 * n * h * ffn + n * ffn * (opt ? kReluFlops : kSwiGluFlops);
+  const double qkv_other = n * h * NormFlops(model) +
+                           (opt ? n * (q_width + 2 * kv_width) : kRopeFlops * n * (q_width + kv_width));
+  const double rest_other = n * h * NormFlops(model) + 2 * n * h + (opt ? n * (h + ffn + h) : 0);
+  const double qkv_params = h * (q_width + 2 * kv_width) + norm_params + (opt ? q_width + 2 * kv_width : 0);
+  const double rest_params = model.LayerParams() - qkv_params;
+  // Activation elements per row (LayerPrefillCost's list): norm1 and QKV belong to the scores
+  // half, the rest to the attend half.
+  const double qkv_elems = (2 * h) + (h + q_width + 2 * kv_width);
+  const double rest_elems = (2 * q_width) + (q_width + h) + (3 * h) + (2 * h) +
+                            (h + (mats - 1) * ffn) + ((mats - 1) * ffn + ffn) + (ffn + h) + (3 * h);
+  WorkCost c;
+  c.kv_read_bytes = kv_read_bytes;
+  switch (part) {
+    case DecodePart::kWhole:
+      c.projection_flops = qkv_flops + o_flops;
+      c.attention_flops = model.heads * pairs * (4.0 * model.head_dim + kSoftmaxFlops);
+      c.ffn_flops = ffn_flops;
+      c.other_flops = qkv_other + rest_other;
+      c.weight_bytes = model.LayerParams() * dtype;
+      c.kv_write_bytes = kv_write_bytes;
+      c.activation_bytes = n * (qkv_elems + rest_elems) * dtype;
+      break;
+    case DecodePart::kScores:
+      c.projection_flops = qkv_flops;
+      c.attention_flops = model.heads * pairs * (2.0 * model.head_dim + kSoftmaxFlops) +
+                          model.kv_heads * pairs * kTopKFlops;
+      c.other_flops = qkv_other;
+      c.weight_bytes = qkv_params * dtype;
+      c.activation_bytes = n * qkv_elems * dtype;
+      break;
+    case DecodePart::kAttend:
+      c.projection_flops = o_flops;
+      c.attention_flops = model.heads * pairs * (4.0 * model.head_dim + kSoftmaxFlops);
+      c.ffn_flops = ffn_flops;
+      c.other_flops = rest_other;
+      c.weight_bytes = rest_params * dtype;
+      c.kv_write_bytes = kv_write_bytes;
+      c.activation_bytes = n * rest_elems * dtype;
+      break;
+  }
   return c;
 }
 
@@ -178,8 +238,13 @@ WorkCost ComputeCost(const ModelSpec& model, const ComputeOp& op) {
       return static_cast<double>(model.layers) *
              LayerPrefillCost(model, op.new_tokens, op.context_tokens);
     case ComputeKind::kOutputLayer:
-      return OutputLayerCost(model);
+      return OutputLayerCost(model, std::max<std::int64_t>(1, op.new_tokens));
     case ComputeKind::kDecodeStep:
+      if (op.layer >= 0) {
+        return DecodeLayerCost(model, op.new_tokens, static_cast<double>(op.context_tokens),
+                               static_cast<double>(op.kv_read_bytes),
+                               static_cast<double>(op.kv_write_bytes), op.decode_part);
+      }
       return static_cast<double>(model.layers) * LayerDecodeCost(model, op.context_tokens) +
              OutputLayerCost(model);
   }
@@ -192,7 +257,7 @@ int LayerSteps(const ModelSpec& model, const ComputeOp& op) {
     case ComputeKind::kChunkPrefill:
       return model.layers;
     case ComputeKind::kDecodeStep:
-      return model.layers + 1;
+      return op.layer >= 0 ? 1 : model.layers + 1;
     default:
       return 1;
   }
@@ -214,6 +279,7 @@ Seconds ComputeSeconds(const ModelSpec& model, const HardwareOptions& hw, const 
       return model.layers * (RooflineSeconds(layer, hw) + overhead);
     }
     case ComputeKind::kDecodeStep: {
+      if (op.layer >= 0) return RooflineSeconds(ComputeCost(model, op), hw) + overhead;
       WorkCost layer = LayerDecodeCost(model, op.context_tokens);
       return model.layers * (RooflineSeconds(layer, hw) + overhead) +
              RooflineSeconds(OutputLayerCost(model), hw) + overhead;

@@ -75,8 +75,23 @@ double AttentionPairs(std::int64_t n, std::int64_t m);
 WorkCost LayerPrefillCost(const ModelSpec& model, std::int64_t n, std::int64_t m);
 // One decode step of one layer: LayerPrefillCost(model, 1, m). REQUIRES: m >= 1.
 WorkCost LayerDecodeCost(const ModelSpec& model, std::int64_t m);
-// Final norm and LM head (hidden x vocab) for the last position only.
-WorkCost OutputLayerCost(const ModelSpec& model);
+// Final norm and LM head (hidden x vocab) for `rows` positions (prefill: the last one; a
+// batched decode step: one per row), the weights read once. REQUIRES: rows >= 1.
+WorkCost OutputLayerCost(const ModelSpec& model, std::int64_t rows = 1);
+// One layer of a batched decode step (core/decode_engine.h): `rows` token rows through the layer's
+// GEMMs (the weights read once for all of them), attention over `pairs` query-key pairs per
+// query head (summed over the rows), and the KV bytes attention reads and writes given in the
+// system's format (`kv_read_bytes`, `kv_write_bytes`). `part` splits the layer as
+// specache_nospec runs it:
+//   kWhole   everything LayerPrefillCost counts for n = rows, with `pairs` attention pairs;
+//   kScores  QKV projections (+ RoPE or their biases), the first norm, QK^T over `pairs` with
+//            softmax and a top-k pass per KV head; weights of Q, K, V and the norm;
+//   kAttend  QK^T, softmax and PV over `pairs`, O, the FFN, the second norm and the residual
+//            adds; weights of O, the FFN and the norm.
+// kScores + kAttend = kWhole plus the second QK^T pass and the top-k (the nospec re-attention).
+// REQUIRES: rows >= 1, pairs >= 0.
+WorkCost DecodeLayerCost(const ModelSpec& model, std::int64_t rows, double pairs,
+                         double kv_read_bytes, double kv_write_bytes, DecodePart part);
 // Attention scores of `kv_heads_scored` KV heads (with their query-head groups) for n
 // queries against m keys, with softmax and top-k. REQUIRES: 1 <= kv_heads_scored <= kv_heads.
 WorkCost ScoresCost(const ModelSpec& model, int kv_heads_scored, std::int64_t n, std::int64_t m);
@@ -86,8 +101,10 @@ WorkCost ScoresCost(const ModelSpec& model, int kv_heads_scored, std::int64_t n,
 //   kProbeScores   ScoresCost(heads, new_tokens, context_tokens)            one layer step
 //   kFullScores    ScoresCost(heads or all kv_heads, ...)                   one layer step
 //   kChunkPrefill  layers x LayerPrefillCost(new_tokens, context_tokens)    `layers` steps
-//   kOutputLayer   OutputLayerCost                                          one step
-//   kDecodeStep    layers x LayerDecodeCost(context_tokens) + output layer  layers + 1 steps
+//   kOutputLayer   OutputLayerCost(max(1, new_tokens))                      one step
+//   kDecodeStep    layer -1: layers x LayerDecodeCost(context_tokens) + output layer,
+//                  layers + 1 steps; layer >= 0: DecodeLayerCost(new_tokens,
+//                  context_tokens, kv_read_bytes, kv_write_bytes, decode_part), one step
 // For kProbeScores `heads` must be set (the probe KV heads); for kFullScores 0 means all.
 // REQUIRES: 0 <= new_tokens <= context_tokens.
 WorkCost ComputeCost(const ModelSpec& model, const ComputeOp& op);

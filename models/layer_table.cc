@@ -326,8 +326,14 @@ Seconds ComputeTimer::OpSeconds(const ComputeOp& op) const {
       return model_.layers *
              step(LayerStepKind::kLayerPrefill, op.new_tokens, op.context_tokens, 0);
     case ComputeKind::kOutputLayer:
+      if (op.new_tokens > 1) {  // a batched decode step's rows: the one-row ratio, scaled
+        return Ratio(LayerStepKind::kOutputLayer, 1, 1, 0) * ComputeSeconds(model_, hw_, op);
+      }
       return step(LayerStepKind::kOutputLayer, 1, 1, 0);
     case ComputeKind::kDecodeStep:
+      // A batched decode layer: the table's decode_layer points are one sequence, which says
+      // nothing of a batch's shared weight reads; the roofline, uncorrected.
+      if (op.layer >= 0) return ComputeSeconds(model_, hw_, op);
       return model_.layers * step(LayerStepKind::kDecodeLayer, 1, op.context_tokens, 0) +
              step(LayerStepKind::kOutputLayer, 1, 1, 0);
   }

@@ -222,5 +222,90 @@ TEST(CostModelDecode, DecodeStepIsMemoryBoundOnA100) {
                    40 * layer.TotalBytes() + OutputLayerCost(Opt13b()).TotalBytes());
 }
 
+// Mistral-7B-Instruct-v0.2 (config.json): the model of SpeCache's Tables 3 and 4.
+ModelSpec Mistral7b() {
+  ModelSpec m = Llama3_8b();
+  m.name = "mistral-7b-instruct-v0.2";
+  m.vocab = 32000;
+  m.max_context = 32768;
+  return m;
+}
+
+TEST(CostModelDecode, WeightBytesOfMistral7b) {
+  // Per layer: Q, K, V 4096 x (4096 + 2 * 1024) = 25,165,824; O 16,777,216; gate, up, down
+  // 3 * 4096 * 14336 = 176,160,768; two RMSNorms 8,192: 218,112,000. Outside: the final norm
+  // 4,096 and the embeddings and LM head 2 * 4096 * 32000: 262,148,096. In all
+  // 32 * 218,112,000 + 262,148,096 = 7,241,732,096 parameters (7.24B), 14,483,464,192 B.
+  const ModelSpec m = Mistral7b();
+  EXPECT_DOUBLE_EQ(m.LayerParams(), 218112000.0);
+  EXPECT_DOUBLE_EQ(m.OuterParams(), 262148096.0);
+  EXPECT_EQ(m.WeightBytes(), 14483464192u);
+  // The cost model reads the same weights per layer step.
+  EXPECT_DOUBLE_EQ(LayerPrefillCost(m, 1, 1).weight_bytes, 2 * 218112000.0);
+}
+
+TEST(CostModelDecode, BatchedDecodeLayerByHand) {
+  // 100 sequences of 2,049 positions, one row each: pairs 204,900 per query head; 16-bit KV
+  // read 100 * 2049 * 4096 B (K + V of 8 KV heads of 128, 2 B) and written 100 * 4096 B.
+  const ModelSpec m = Mistral7b();
+  const WorkCost c =
+      DecodeLayerCost(m, 100, 204900, 839270400.0, 409600.0, DecodePart::kWhole);
+  // QKV 2 * 100 * 4096 * 6144 + O 2 * 100 * 4096 * 4096.
+  EXPECT_DOUBLE_EQ(c.projection_flops, 8388608000.0);
+  // 32 heads * 204,900 pairs * (4 * 128 + 5).
+  EXPECT_DOUBLE_EQ(c.attention_flops, 3389865600.0);
+  // 3 * 2 * 100 * 4096 * 14336 + SwiGLU 100 * 14336 * 5.
+  EXPECT_DOUBLE_EQ(c.ffn_flops, 35239321600.0);
+  // Two RMSNorms 2 * 100 * 4096 * 4, residual adds 2 * 100 * 4096, RoPE 3 * 100 * 5120.
+  EXPECT_DOUBLE_EQ(c.other_flops, 5632000.0);
+  // The weights once for the whole batch; activations 100 rows * 161,792 elements * 2 B
+  // (LayerPrefillCost's list at ffn 14336: 8192 + 10240 + 8192 + 8192 + 12288 + 8192 + 32768
+  // + 43008 + 18432 + 12288).
+  EXPECT_DOUBLE_EQ(c.weight_bytes, 436224000.0);
+  EXPECT_DOUBLE_EQ(c.kv_read_bytes, 839270400.0);
+  EXPECT_DOUBLE_EQ(c.kv_write_bytes, 409600.0);
+  EXPECT_DOUBLE_EQ(c.activation_bytes, 32358400.0);
+  // One sequence is LayerPrefillCost(1, m) exactly.
+  const WorkCost one = DecodeLayerCost(m, 1, 2049, 2049 * 4096.0, 4096.0, DecodePart::kWhole);
+  const WorkCost ref = LayerDecodeCost(m, 2049);
+  EXPECT_DOUBLE_EQ(one.Flops(), ref.Flops());
+  EXPECT_DOUBLE_EQ(one.TotalBytes(), ref.TotalBytes());
+  // The nospec halves: the weights split (QKV + norm1 = 25,169,920 params), the FLOPs add up
+  // to the whole plus the second QK^T pass and a top-k per KV head and pair:
+  // 32 * 204,900 * (2 * 128 + 5) + 8 * 204,900 * 4.
+  const WorkCost a = DecodeLayerCost(m, 100, 204900, 1.0, 0, DecodePart::kScores);
+  const WorkCost b = DecodeLayerCost(m, 100, 204900, 2.0, 409600.0, DecodePart::kAttend);
+  EXPECT_DOUBLE_EQ(a.weight_bytes, 2 * 25169920.0);
+  EXPECT_DOUBLE_EQ(a.weight_bytes + b.weight_bytes, c.weight_bytes);
+  EXPECT_DOUBLE_EQ(a.Flops() + b.Flops(),
+                   c.Flops() + 32.0 * 204900 * (2 * 128 + 5) + 8.0 * 204900 * 4);
+  EXPECT_DOUBLE_EQ(a.activation_bytes + b.activation_bytes, c.activation_bytes);
+  EXPECT_DOUBLE_EQ(a.kv_read_bytes + b.kv_read_bytes, 3.0);
+  EXPECT_DOUBLE_EQ(b.kv_write_bytes, 409600.0);
+  // As a ComputeOp: one layer step, its roofline plus one kernel overhead.
+  ComputeOp op;
+  op.kind = ComputeKind::kDecodeStep;
+  op.layer = 3;
+  op.new_tokens = 100;
+  op.context_tokens = 204900;
+  op.kv_read_bytes = 839270400;
+  op.kv_write_bytes = 409600;
+  EXPECT_EQ(LayerSteps(m, op), 1);
+  EXPECT_DOUBLE_EQ(ComputeSeconds(m, A100(), op), RooflineSeconds(c, A100()) + 20e-6);
+}
+
+TEST(CostModelDecode, OutputLayerOfABatchReadsItsWeightsOnce) {
+  const ModelSpec m = Mistral7b();
+  const WorkCost one = OutputLayerCost(m);
+  const WorkCost many = OutputLayerCost(m, 64);
+  EXPECT_DOUBLE_EQ(many.weight_bytes, one.weight_bytes);
+  EXPECT_DOUBLE_EQ(many.other_flops, 64 * one.other_flops);
+  EXPECT_DOUBLE_EQ(many.activation_bytes, 64 * one.activation_bytes);
+  ComputeOp op;
+  op.kind = ComputeKind::kOutputLayer;
+  op.new_tokens = 64;
+  EXPECT_DOUBLE_EQ(ComputeCost(m, op).TotalBytes(), many.TotalBytes());
+}
+
 }  // namespace
 }  // namespace kvtier
