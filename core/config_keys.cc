@@ -5,6 +5,7 @@
 
 #include "core/cache_policy.h"
 #include "core/config.h"
+#include "core/decode_engine.h"
 #include "core/schedule.h"
 #include "core/selector.h"
 #include "core/transfer_strategy.h"
@@ -121,6 +122,20 @@ constexpr KeySpec kKeys[] = {
     {"cache.chunk_tokens", K::kInt, "64", nullptr, "tokens per chunk (unit of I/O and caching)"},
     {"cache.history_weight", K::kDouble, "0.8", nullptr, "weight of history in the important-ratio EMA"},
     {"cache.store_new", K::kBool, "true", nullptr, "write the new prefix KV (NR) to SSD"},
+    {"decode.policy", K::kEnum, "none", nullptr,
+     "what follows the first token: a continuous decode batch of output_tokens per request "
+     "(core/decode_engine.h); none ends requests at their first token", &DecodePolicyChoices},
+    {"decode.bits", K::kInt, "2", nullptr, "KIVI code width of the GPU's low-bit KV, 1 or 2"},
+    {"decode.group", K::kInt, "64", nullptr, "KIVI group size g (elements per scale and zero-point)"},
+    {"decode.residual", K::kInt, "64", nullptr,
+     "last tokens kept in 16 bits on the GPU (KIVI 128, SpeCache 64: paper 4.1)"},
+    {"decode.topk", K::kInt, "64", nullptr, "16-bit KV pairs fetched per layer and KV head (specache)"},
+    {"decode.max_batch", K::kInt, "256", nullptr, "most sequences in the decode batch"},
+    {"decode.max_output_tokens", K::kInt, "0", nullptr,
+     "cap on a request's output tokens (0: the trace's output_tokens)"},
+    {"decode.gpu_reserve", K::kBytes, "0", nullptr,
+     "GPU memory not given to the decode batch besides the weights and the GPU prefix cache "
+     "(activations, framework workspace)"},
 
     // [run]
     {"run.warmup_requests", K::kInt, "0", nullptr, "first requests excluded from statistics"},

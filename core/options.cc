@@ -122,6 +122,7 @@ HardwareOptions BuildHardwareOptions(const Config& c) {
                       std::to_string(TieredCache::kMaxHolders) + " concurrent prefills, got " +
                       std::to_string(h.gpu_concurrent_prefills));
   }
+  h.gpu_memory = PositiveBytes(c, "gpu.memory");
   h.gpu_layer_table = ResolvePathKey(c, "gpu.layer_table");
   return h;
 }
@@ -188,6 +189,19 @@ SystemOptions BuildSystemOptions(const Config& c, const ModelSpec& model) {
     throw ConfigError(c.Where("cache.chunk_tokens") + ": at most 65535 tokens per chunk");
   }
   s.store_new = c.GetBool("cache.store_new");
+  DecodeBatchOptions& d = s.decode;
+  d.policy = FindDecodePolicy(c.GetString("decode.policy"), c.Where("decode.policy"));
+  d.bits = static_cast<int>(c.GetInt("decode.bits"));
+  if (d.bits != 1 && d.bits != 2) {
+    throw ConfigError(c.Where("decode.bits") + ": must be 1 or 2, got " + c.GetString("decode.bits"));
+  }
+  d.group = PositiveInt(c, "decode.group");
+  d.residual = static_cast<int>(NonNegativeInt(c, "decode.residual"));
+  d.topk = static_cast<int>(NonNegativeInt(c, "decode.topk"));
+  d.max_batch = PositiveInt(c, "decode.max_batch");
+  d.max_output_tokens = NonNegativeInt(c, "decode.max_output_tokens");
+  d.gpu_reserve = c.GetBytes("decode.gpu_reserve");
+  d.gpu_memory = c.GetBytes("gpu.memory");
   const Bytes chunk = model.ChunkBytes(s.chunk_tokens);
   for (const char* key : {"cache.gpu_capacity", "cache.cpu_capacity"}) {
     Bytes cap = c.GetBytes(key);
@@ -213,6 +227,11 @@ ExperimentOptions BuildOptions(const Config& c) {
   o.run.prewarm = c.GetBool("run.prewarm");
   o.run.max_requests = NonNegativeInt(c, "run.max_requests");
   o.run.seed = c.GetInt("run.seed");
+  if (o.system.decode.on() && o.hardware.gpu_concurrent_prefills != 1) {
+    throw ConfigError(c.Where("decode.policy", "gpu.concurrent_prefills") +
+                      ": a decoding system serves one prefill at a time (the decode batch is "
+                      "stepped between prefills); set gpu.concurrent_prefills = 1");
+  }
   o.trace = c.GetString("workload.trace");
   o.importance = c.GetString("workload.importance");
   // `kvtier hw`'s sizes, checked here so `kvtier config --check` rejects them too (hw/run_hw.cc

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "core/decode_engine.h"
 #include "core/itf.h"
 #include "core/model_spec.h"
 #include "core/schedule.h"
@@ -39,6 +40,7 @@ struct HardwareOptions {
   double gpu_mem_bw = 2e12;
   Seconds gpu_kernel_overhead = 20e-6;
   int gpu_concurrent_prefills = 1;
+  Bytes gpu_memory = Bytes(80) << 30;  // gpu.memory: what a decode batch is budgeted from
   std::string gpu_layer_table;     // path (relative ones resolved against the file that set
                                    // the key), empty = roofline; models/layer_table.h
 };
@@ -66,6 +68,7 @@ struct SystemOptions {
   TieredCacheOptions cache;          // capacities, history weight
   int chunk_tokens = 64;
   bool store_new = true;
+  DecodeBatchOptions decode;              // decode.*; decode.gpu_memory is gpu.memory
 };
 
 struct RunOptions {

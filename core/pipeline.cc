@@ -40,6 +40,11 @@ Pipeline::Pipeline(const ModelSpec& model, const PipelineOptions& options, Execu
                                            s.chunk_tokens, s.reorder_min_gain);
   KVTIER_CHECK(options_.max_in_flight >= 1 && options_.max_in_flight <= TieredCache::kMaxHolders,
                "PipelineOptions::max_in_flight must be in [1, TieredCache::kMaxHolders]");
+  if (s.decode.on()) {
+    KVTIER_CHECK(options_.max_in_flight == 1, "decode runs with one prefill at a time");
+    decode_ = std::make_unique<DecodeEngine>(model_, s.decode, s.transfer_strategy,
+                                             reuses_ ? s.cache.gpu_capacity : 0, executor_, log_);
+  }
 }
 
 Pipeline::~Pipeline() = default;
@@ -405,6 +410,8 @@ Status Pipeline::Run(const Request& request, bool warmup) {
   } else if (!aborted.ok()) {
     st = std::move(aborted);
   }
+  // A request that decodes joins the batch with its first token (core/decode_engine.h).
+  if (st.ok() && decode_ != nullptr) st = decode_->Join(request, warmup, rs.rec.end_s, rs.n);
   Seconds prev_end = rs.rec.start_s;
   for (LayerRecord& lr : rs.layers) {
     const OpId c = rs.layer_compute[std::size_t(lr.layer)];
@@ -478,8 +485,14 @@ void Pipeline::Prewarm(const Request& request) {
   }
 }
 
+Status Pipeline::DecodeStep() {
+  KVTIER_CHECK(decoding() && in_flight_.empty(), "Pipeline::DecodeStep: nothing to decode");
+  return decode_->Step();
+}
+
 Status Pipeline::Finish() {
   KVTIER_CHECK(in_flight_.empty(), "Pipeline::Finish with requests in flight");
+  const Status decode_failure = decode_ != nullptr ? decode_->Finish() : Status::OK();
   RetireBackground(true);
   const PipelineTotals& t = totals_;
   const double accesses = double(t.gpu_hit_chunks + t.cpu_hit_chunks + t.ssd_read_chunks);
@@ -499,7 +512,45 @@ Status Pipeline::Finish() {
   log_->Flush();
   Status failure = std::move(background_error_);
   background_error_ = Status::OK();
-  return failure;
+  return failure.ok() ? decode_failure : failure;
+}
+
+Status ServeWithDecode(Pipeline& pipeline, Executor& executor,
+                       const std::function<const Request*(bool*)>& next,
+                       const std::function<void(const Request&, bool, const Status&)>& done,
+                       long long* served) {
+  KVTIER_CHECK(pipeline.decodes(), "ServeWithDecode: the system does not decode");
+  const Request* request = nullptr;
+  bool warmup = false, more = true;
+  Status decode_failure;
+  for (;;) {
+    if (request == nullptr && more) {
+      request = next(&warmup);
+      more = request != nullptr;
+    }
+    if (request == nullptr && !pipeline.decoding()) break;
+    if (request != nullptr && pipeline.CanAdmit(*request)) {
+      if (request->arrival_s > executor.Now() && !pipeline.decoding()) {
+        executor.IdleUntil(request->arrival_s);
+      }
+      if (request->arrival_s <= executor.Now()) {
+        const Status st = pipeline.Run(*request, warmup);
+        ++*served;
+        const Request* ran = request;
+        request = nullptr;
+        done(*ran, warmup, st);
+        continue;
+      }
+    }
+    // An empty batch admits any request (DecodeEngine::CanJoin), so here something decodes.
+    KVTIER_CHECK(pipeline.decoding(), "ServeWithDecode: waiting for memory with nothing decoding");
+    if (Status st = pipeline.DecodeStep(); !st.ok()) {
+      decode_failure = st;  // stop taking requests; the rest is logged by Finish
+      break;
+    }
+  }
+  Status finish = pipeline.Finish();
+  return finish.ok() ? decode_failure : finish;
 }
 
 }  // namespace kvtier

@@ -22,7 +22,9 @@
 //       selector's request records what its attention observed instead), for the reorderer;
 //   reorder.enabled: every reorder.interval, repack the segments whose importance order
 //       changed (background SSD reads + writes);
-//   retire, check and log every op of the request.
+//   retire, check and log every op of the request;
+//   with decode.policy (core/decode_engine.h): join the decode batch, whose steps the serving
+//       loop (ServeWithDecode, below) runs between prefills.
 //
 // Failures (core/executor.h, "Failure"). Every operation's status is checked: each Wait and
 // WaitAny, and every op when it is retired, foreground or background. The first failure of a
@@ -56,9 +58,11 @@
 // deterministic, so the same inputs still give the same rows.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
+#include "core/decode_engine.h"
 #include "core/executor.h"
 #include "core/model_spec.h"
 #include "core/options.h"
@@ -129,9 +133,25 @@ class Pipeline {
   void Prewarm(const Request& request);
 
   // Waits for background work (stores, promotions, repacks), logs it and the run's metrics.
-  // Returns the first failure of a background operation not yet returned by Run.
+  // With decode, first steps the decode batch until it is empty (core/decode_engine.h). Returns the
+  // first failure of a background operation or decode step not yet returned.
   // REQUIRES: no Run in flight.
   Status Finish();
+
+  // Decode (decode.policy, core/decode_engine.h). Without it: decodes() and decoding() are false,
+  // CanAdmit is always true and Run is exactly what it was. With it, Run ends a request that
+  // decodes by joining it to the decode batch (its row is logged then; its decode rows when it
+  // finishes), and the serving loop interleaves prefills and decode steps:
+  //   - CanAdmit(r): the batch has GPU memory and room for r (serve r's prefill now);
+  //   - decoding(): sequences are in the batch; DecodeStep() runs one step of all of them.
+  // REQUIRES (DecodeStep): decoding(); no Run in flight.
+  bool decodes() const { return decode_ != nullptr; }
+  bool CanAdmit(const Request& request) const {
+    return decode_ == nullptr || decode_->CanJoin(request);
+  }
+  bool decoding() const { return decode_ != nullptr && decode_->batch() > 0; }
+  Status DecodeStep();
+  const DecodeEngine* decode_engine() const { return decode_.get(); }
 
   const TieredCache& cache() const { return *cache_; }
   const RadixTree& tree() const { return *tree_; }
@@ -161,6 +181,7 @@ class Pipeline {
   std::unique_ptr<TieredCache> cache_;
   std::unique_ptr<RadixTree> tree_;
   std::unique_ptr<Reorderer> reorderer_;
+  std::unique_ptr<DecodeEngine> decode_;  // decode.policy != none
   Seconds last_reorder_s_ = 0;
   bool reorder_started_ = false;
   struct Background {
@@ -174,5 +195,20 @@ class Pipeline {
   std::uint32_t holders_in_use_ = 0;  // bit h: a request in flight holds pin slot h
   std::uint64_t tree_version_ = 0;    // bumped by every Insert and Repack
 };
+
+// The serving loop of a system that decodes (Pipeline::decodes()), written once for every
+// executor: requests are taken in arrival order; one that has arrived and fits in the decode
+// batch (Pipeline::CanAdmit) is prefilled first and joins the batch; otherwise the batch takes
+// a decode step; with nothing decoding, executor time passes until the next arrival (vLLM's
+// default order, without chunked prefill; a request waiting for memory blocks those behind
+// it). next(&warmup) returns the next request, valid until done(request, warmup, status) is
+// called for it, or nullptr when there is none (it stops being called then). Returns after
+// Pipeline::Finish (which steps the batch empty): its failure, else the first decode step's.
+// *served counts the requests run. A request's failure is reported to done; the caller's next
+// should then return nullptr. REQUIRES: pipeline.decodes(); one driving thread or actor.
+Status ServeWithDecode(Pipeline& pipeline, Executor& executor,
+                       const std::function<const Request*(bool* warmup)>& next,
+                       const std::function<void(const Request&, bool, const Status&)>& done,
+                       long long* served);
 
 }  // namespace kvtier

@@ -107,6 +107,36 @@ struct DecisionRecord {
   friend bool operator==(const DecisionRecord&, const DecisionRecord&) = default;
 };
 
+// One decode step of the continuous batch (core/decode_engine.h): decode_steps.
+struct DecodeStepRecord {
+  std::int64_t step = 0;           // 0, 1, ... in the run
+  Seconds start_s = 0;             // submitted (the batch's previous step or a prefill ended)
+  Seconds end_s = 0;               // its output layer ended
+  int batch = 0;                   // sequences in the step
+  int tokens = 0;                  // output tokens it produced (SpeCache pre-decoding: none)
+  std::int64_t rows = 0;           // token rows computed (SpeCache: speculative rows too)
+  std::int64_t context_tokens = 0; // cached positions, summed over the batch
+  Bytes gpu_bytes = 0;             // GPU memory the batch's sequences hold (their footprints)
+  Seconds compute_s = 0;           // GPU busy with the step's computes
+  Seconds stall_s = 0;             // (end - start) - compute_s: waiting for KV to arrive
+  Bytes h2d_bytes = 0;             // KV fetched or prefetched by the step
+  Bytes d2h_bytes = 0;             // new KV offloaded by the step
+};
+
+// One request's decode, logged when it produced its last token: decode_requests.
+struct DecodeRequestRecord {
+  RequestId request_id = 0;
+  bool warmup = false;
+  std::int64_t prompt_tokens = 0;  // prefix + query
+  std::int64_t output_tokens = 0;  // the first token included
+  Seconds first_token_s = 0;       // = requests.end_s
+  Seconds join_s = 0;              // start of its first decode step
+  Seconds end_s = 0;               // its last token
+  int steps = 0;                   // decode steps it was in (SpeCache: its pre-decoding too)
+  Seconds tpot_s = 0;              // (end - first_token) / (output_tokens - 1)
+  Seconds stall_s = 0;             // stalls of the steps it was in, summed
+};
+
 class RunLog {
  public:
   virtual ~RunLog() = default;
@@ -115,6 +145,9 @@ class RunLog {
   virtual void LogTransfer(const TransferRecord& record) = 0;
   virtual void LogDecision(const DecisionRecord& record) = 0;
   virtual void LogMetric(const std::string& name, double value) = 0;
+  // Decode rows (core/decode_engine.h); only runs whose system decodes write them.
+  virtual void LogDecodeStep(const DecodeStepRecord& record) {}
+  virtual void LogDecodeRequest(const DecodeRequestRecord& record) {}
   // Called after each request's records: a durable implementation may write a batch here
   // (every Flush, or every few, as it sees fit).
   virtual void Flush() {}
@@ -133,12 +166,16 @@ class MemoryRunLog : public RunLog {
   void LogMetric(const std::string& name, double value) override {
     metrics.emplace_back(name, value);
   }
+  void LogDecodeStep(const DecodeStepRecord& r) override { decode_steps.push_back(r); }
+  void LogDecodeRequest(const DecodeRequestRecord& r) override { decode_requests.push_back(r); }
 
   std::vector<RequestRecord> requests;
   std::vector<LayerRecord> layers;
   std::vector<TransferRecord> transfers;
   std::vector<DecisionRecord> decisions;
   std::vector<std::pair<std::string, double>> metrics;
+  std::vector<DecodeStepRecord> decode_steps;
+  std::vector<DecodeRequestRecord> decode_requests;
 };
 
 }  // namespace kvtier

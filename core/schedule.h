@@ -16,9 +16,9 @@
 // loads, SubmitCompute/Wait/WaitAny -- and through its TokenSelector; never the Executor directly.
 //
 // A request's phases: Prefill (this interface) ends when every layer's KV of the prefix and
-// query exists; Pipeline::Run then computes the output layer and stores NR. A decode phase
-// (SpeCache) will be a second virtual after the first token, with its own ComputeKind
-// (kDecodeStep); nothing here assumes the request ends with Prefill.
+// query exists; Pipeline::Run then computes the output layer and stores NR. Decoding after the
+// first token is not a Schedule: a continuous batch spans requests, so it is the Pipeline's
+// DecodeEngine (core/decode_engine.h, decode.policy), which a request joins after its prefill.
 //
 // Thread safety: one Schedule per Pipeline, shared by the requests in flight; Prefill waits,
 // and other requests' Prefill may run inside those waits, so a schedule keeps its per-request

@@ -235,6 +235,13 @@ HwRunResult RunHardware(const Config& config, const std::string& trace_path,
     throw ConfigError(config.Where("gpu.concurrent_prefills") +
                       ": kvtier hw serves one prefill at a time; only 1 is supported");
   }
+  if (opts.system.decode.on()) {
+    // The decode batch's ops (core/decode_engine.h) are executor-agnostic, but HwExecutor runs no
+    // batched kDecodeStep layer and has no CPU home for decode KV yet (issue 17's hw half).
+    throw ConfigError(config.Where("decode.policy") +
+                      ": kvtier hw does not decode yet; only kvtier sim runs decode.policy = " +
+                      config.GetString("decode.policy"));
+  }
   experiment.CheckTrace();  // before the store is created
   for (const std::string& stale : RemoveStaleStores(out_path)) {
     std::fprintf(stderr, "kvtier hw: removed %s, the chunk store of a killed run\n", stale.c_str());

@@ -9,6 +9,12 @@
 // the last request the pipeline's background work is finished and the simulation drained.
 // With one worker this is the single loop kvtier sim always ran: the same executor calls in
 // the same order.
+//
+// A system that decodes (decode.policy, core/decode_engine.h; one worker) is served by one loop that
+// interleaves prefills and decode steps: a request that has arrived and fits in the decode
+// batch's GPU memory is prefilled first and joins the batch; otherwise the batch takes a step;
+// with nothing decoding, time passes until the next arrival. Pipeline::Finish then steps the
+// batch until it is empty.
 
 #include <functional>
 

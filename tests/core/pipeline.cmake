@@ -16,3 +16,4 @@ kvtier_add_test(NAME transfer_strategy_test SOURCES transfer_strategy_test.cc LI
                 LABELS unit contract)
 target_compile_definitions(transfer_strategy_test PRIVATE
                            KVTIER_TEST_SOURCE_DIR="${PROJECT_SOURCE_DIR}")  # configs/systems
+kvtier_add_test(NAME decode_test SOURCES decode_test.cc LIBS kvtier_testutil LABELS unit)

@@ -162,6 +162,14 @@ const std::map<std::string, std::set<OpKind>>& KindsBySystem() {
       {"ablation_ro", all},
       {"cake", all},
       {"spec_cake", all},
+      // The decode systems' prefills (these requests have no output tokens: no decode step;
+      // tests/core/decode_test.cc runs their decode).
+      {"full_gpu", {OpKind::kCompute}},
+      {"kivi", {OpKind::kCompute}},
+      {"offload_all", {OpKind::kCompute}},
+      {"specache", {OpKind::kCompute}},
+      {"specache_nospec", {OpKind::kCompute}},
+      {"spec_specache", all},
   };
   return kinds;
 }
