@@ -87,7 +87,11 @@ class SqliteRunLog : public RunLog {
                      InsertSql("transfers", kTransferColumns, kRowsPerInsert).c_str(),
                      db->path()),
         decision_(db->handle(), "INSERT INTO decisions VALUES (?,?,?,?,?,?,?)", db->path()),
-        metric_(db->handle(), "INSERT OR REPLACE INTO metrics VALUES (?,?,?)", db->path()) {}
+        metric_(db->handle(), "INSERT OR REPLACE INTO metrics VALUES (?,?,?)", db->path()),
+        decode_step_(db->handle(), "INSERT INTO decode_steps VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                     db->path()),
+        decode_request_(db->handle(), "INSERT INTO decode_requests VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                        db->path()) {}
   ~SqliteRunLog() override {
     try {
       Write();  // best effort on error paths; a finished run calls Close() first
@@ -104,6 +108,8 @@ class SqliteRunLog : public RunLog {
   void LogMetric(const std::string& name, double value) override {
     metrics_.emplace_back(name, value);
   }
+  void LogDecodeStep(const DecodeStepRecord& r) override { decode_steps_.push_back(r); }
+  void LogDecodeRequest(const DecodeRequestRecord& r) override { decode_requests_.push_back(r); }
   void Flush() override {
     ++flushes_;
     if (flushes_ < kFlushesPerBatch &&
@@ -122,7 +128,7 @@ class SqliteRunLog : public RunLog {
     flushes_ = 0;
     last_write_ = std::chrono::steady_clock::now();
     if (requests_.empty() && layers_.empty() && transfers_.empty() && decisions_.empty() &&
-        metrics_.empty()) {
+        metrics_.empty() && decode_steps_.empty() && decode_requests_.empty()) {
       return;
     }
     // Every row of the batch names this run, which BeginRun inserted and nothing deletes while
@@ -139,6 +145,8 @@ class SqliteRunLog : public RunLog {
       InsertRows(transfers_, kTransferColumns, transfer_, transfers_n_,
                  [this](Stmt& s, int base, const TransferRecord& r) { BindTransfer(s, base, r); });
       for (const DecisionRecord& r : decisions_) InsertDecision(r);
+      for (const DecodeStepRecord& r : decode_steps_) InsertDecodeStep(r);
+      for (const DecodeRequestRecord& r : decode_requests_) InsertDecodeRequest(r);
       for (const auto& [name, value] : metrics_) {
         metric_.Bind(1, run_).Bind(2, name).Bind(3, value);
         metric_.Step(db_->path());
@@ -159,6 +167,28 @@ class SqliteRunLog : public RunLog {
     transfers_.clear();
     decisions_.clear();
     metrics_.clear();
+    decode_steps_.clear();
+    decode_requests_.clear();
+  }
+
+  void InsertDecodeStep(const DecodeStepRecord& r) {
+    Stmt& s = decode_step_;
+    s.Bind(1, run_).Bind(2, (long long)r.step).Bind(3, r.start_s).Bind(4, r.end_s);
+    s.Bind(5, (long long)r.batch).Bind(6, (long long)r.tokens).Bind(7, (long long)r.rows);
+    s.Bind(8, (long long)r.context_tokens).Bind(9, (long long)r.gpu_bytes);
+    s.Bind(10, r.compute_s).Bind(11, r.stall_s).Bind(12, (long long)r.h2d_bytes);
+    s.Bind(13, (long long)r.d2h_bytes);
+    s.Step(db_->path());
+    s.Reset();
+  }
+  void InsertDecodeRequest(const DecodeRequestRecord& r) {
+    Stmt& s = decode_request_;
+    s.Bind(1, run_).Bind(2, (long long)r.request_id).Bind(3, (long long)r.warmup);
+    s.Bind(4, (long long)r.prompt_tokens).Bind(5, (long long)r.output_tokens);
+    s.Bind(6, r.first_token_s).Bind(7, r.join_s).Bind(8, r.end_s);
+    s.Bind(9, (long long)r.steps).Bind(10, r.tpot_s).Bind(11, r.stall_s);
+    s.Step(db_->path());
+    s.Reset();
   }
 
   void InsertRequest(const RequestRecord& r) {
@@ -241,6 +271,9 @@ class SqliteRunLog : public RunLog {
   long long run_;
   bool log_transfers_;
   Stmt request_, layer_, layers_n_, transfer_, transfers_n_, decision_, metric_;
+  Stmt decode_step_, decode_request_;
+  std::vector<DecodeStepRecord> decode_steps_;
+  std::vector<DecodeRequestRecord> decode_requests_;
   std::vector<RequestRecord> requests_;
   std::vector<LayerRecord> layers_;
   std::vector<TransferRecord> transfers_;

@@ -27,7 +27,7 @@ namespace kvtier {
 
 // The version of analysis/schema.sql + views.sql, stored in PRAGMA user_version. Bump it with
 // every change of either file (tests/analysis/results_db_test.cc pins the text to it).
-inline constexpr int kResultsSchemaVersion = 3;
+inline constexpr int kResultsSchemaVersion = 4;
 
 struct RunInfo {
   std::string mode = "sim";  // "sim" | "hw"

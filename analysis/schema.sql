@@ -132,6 +132,40 @@ CREATE TABLE IF NOT EXISTS accuracy (
   kv_size_ratio         REAL             -- decode: GPU-resident KV bytes / 16-bit KV bytes
 );
 
+-- Decode (core/decode.h; systems with decode.policy): one row per step of the continuous
+-- batch, and one per request when it produced its last token.
+CREATE TABLE IF NOT EXISTS decode_steps (
+  run_id         INTEGER NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  step           INTEGER NOT NULL,  -- 0, 1, ... in the run
+  start_s        REAL NOT NULL,
+  end_s          REAL NOT NULL,
+  batch          INTEGER NOT NULL,  -- sequences in the step
+  tokens         INTEGER NOT NULL,  -- output tokens produced (SpeCache pre-decoding rows: none)
+  rows           INTEGER NOT NULL,  -- token rows computed (SpeCache's speculative rows included)
+  context_tokens INTEGER NOT NULL,  -- cached positions summed over the batch
+  gpu_bytes      INTEGER NOT NULL,  -- GPU memory the batch's sequences hold
+  compute_s      REAL NOT NULL,     -- GPU busy with the step's computes
+  stall_s        REAL NOT NULL,     -- (end - start) - compute: waiting for KV
+  h2d_bytes      INTEGER NOT NULL,  -- KV fetched or prefetched
+  d2h_bytes      INTEGER NOT NULL,  -- new KV offloaded
+  PRIMARY KEY (run_id, step)
+);
+
+CREATE TABLE IF NOT EXISTS decode_requests (
+  run_id         INTEGER NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  request_id     INTEGER NOT NULL,
+  warmup         INTEGER NOT NULL,
+  prompt_tokens  INTEGER NOT NULL,  -- prefix + query
+  output_tokens  INTEGER NOT NULL,  -- the first token included
+  first_token_s  REAL NOT NULL,     -- = requests.end_s
+  join_s         REAL NOT NULL,     -- start of its first decode step
+  end_s          REAL NOT NULL,     -- its last token
+  steps          INTEGER NOT NULL,
+  tpot_s         REAL NOT NULL,     -- (end - first_token) / (output_tokens - 1)
+  stall_s        REAL NOT NULL,     -- stalls of the steps it was in
+  PRIMARY KEY (run_id, request_id)
+);
+
 CREATE INDEX IF NOT EXISTS accuracy_by_run ON accuracy(run_id);
 CREATE INDEX IF NOT EXISTS requests_by_run ON requests(run_id);
 CREATE INDEX IF NOT EXISTS layers_by_run ON layers(run_id, request_id);

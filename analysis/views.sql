@@ -197,7 +197,7 @@ o AS (
          MAX(0.0, MIN(t.end_s, w.end_s) - MAX(t.submit_s, w.window_start_s)) AS overlap_s
   FROM w JOIN transfers t ON t.run_id = w.run_id AND t.request_id = w.request_id
                          AND t.layer = w.layer
-  WHERE w.stall_s > 0),
+  WHERE w.stall_s > 0 AND t.purpose NOT LIKE 'decode%'),
 a AS (
   SELECT run_id, src, purpose,
          overlap_s * MIN(1.0, stall_s / SUM(overlap_s) OVER (
@@ -299,3 +299,35 @@ SELECT d.run_id, r.system, COUNT(*) AS requests,
 FROM decisions d JOIN measured_requests m USING (run_id, request_id) JOIN runs r USING (run_id)
 WHERE d.kind = 'cake_meet' AND d.detail LIKE 'computed % loaded % of %'
 GROUP BY d.run_id;
+
+-- Decode (core/decode.h). Measured decode requests of complete runs (not warm-up), ranked by
+-- TPOT within their run, with its cumulative fraction.
+CREATE VIEW IF NOT EXISTS tpot_cdf AS
+SELECT d.run_id, r.system, d.request_id, d.tpot_s,
+       1.0 * ROW_NUMBER() OVER (PARTITION BY d.run_id ORDER BY d.tpot_s, d.request_id) /
+           COUNT(*) OVER (PARTITION BY d.run_id) AS fraction
+FROM decode_requests d JOIN runs r USING (run_id)
+WHERE r.complete = 1 AND d.warmup = 0;
+
+-- Per run that decoded: steps, tokens, the time the batch was stepping (the sum of the steps'
+-- durations: prefills between steps are not in it), throughput = tokens / that time, the
+-- batch (mean over steps and the largest), the step latency and stall (means), and TPOT
+-- (mean, p50, p99 nearest-rank, over tpot_cdf's requests).
+CREATE VIEW IF NOT EXISTS decode_throughput AS
+WITH s AS (
+  SELECT run_id, COUNT(*) AS steps, SUM(tokens) AS tokens, SUM(end_s - start_s) AS decode_s,
+         AVG(batch) AS mean_batch, MAX(batch) AS max_batch,
+         AVG(end_s - start_s) AS mean_step_s, AVG(stall_s) AS mean_stall_s,
+         SUM(h2d_bytes) AS h2d_bytes, MAX(gpu_bytes) AS max_gpu_bytes
+  FROM decode_steps GROUP BY run_id),
+t AS (
+  SELECT run_id, COUNT(*) AS requests, AVG(tpot_s) AS mean_tpot_s,
+         MIN(CASE WHEN fraction >= 0.50 THEN tpot_s END) AS p50_tpot_s,
+         MIN(CASE WHEN fraction >= 0.99 THEN tpot_s END) AS p99_tpot_s
+  FROM tpot_cdf GROUP BY run_id)
+SELECT r.run_id, r.system, r.model, r.hardware, t.requests, s.steps, s.tokens, s.decode_s,
+       s.tokens / NULLIF(s.decode_s, 0) AS tokens_per_s, s.mean_batch, s.max_batch,
+       s.mean_step_s, s.mean_stall_s, s.h2d_bytes, s.max_gpu_bytes,
+       t.mean_tpot_s, t.p50_tpot_s, t.p99_tpot_s
+FROM runs r JOIN s USING (run_id) LEFT JOIN t USING (run_id)
+WHERE r.complete = 1;

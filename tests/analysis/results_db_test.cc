@@ -190,7 +190,11 @@ TEST_F(ResultsDbTest, EveryViewExcludesIncompleteRuns) {
                ", 0, 0.5, 0.4, 0, 3, 1, 1, 1, 0, 0.1, 0);"
                "INSERT INTO transfers VALUES (" + id + ", " + std::to_string(q) +
                ", 0, 'ssd', 'cpu', 'ssd_read', 'demand', 100, 1, 'dma', 0, 0, 0, 0.1, "
-               "'ok');";
+               "'ok');"
+               "INSERT INTO decode_steps VALUES (" + id + ", " + std::to_string(q) +
+               ", 1, 1.1, 2, 2, 2, 100, 1000, 0.08, 0.02, 64, 32);"
+               "INSERT INTO decode_requests VALUES (" + id + ", " + std::to_string(q) +
+               ", 0, 50, 3, 1, 1, 1.2, 2, 0.1, 0.04);";
       }
       sql += "INSERT INTO accuracy (run_id, task, selector, alpha, retention, items, correct, "
              "accuracy, first_token_agreement, mean_kept_fraction, itf_fallback_rate) VALUES (" +
@@ -214,7 +218,8 @@ TEST_F(ResultsDbTest, EveryViewExcludesIncompleteRuns) {
       {"ablation_delta", "run_id"},    {"sim_vs_hw", "sim_run_id"},   {"sim_vs_hw", "hw_run_id"},
       {"stage_busy", "run_id"},        {"sim_vs_hw_stages", "sim_run_id"},
       {"sim_vs_hw_stages", "hw_run_id"}, {"accuracy_latency", "eval_run_id"},
-      {"accuracy_latency", "latency_run_id"}};
+      {"accuracy_latency", "latency_run_id"}, {"tpot_cdf", "run_id"},
+      {"decode_throughput", "run_id"}};
   for (const auto& [view, column] : kViews) {
     const std::string of =
         std::string(" FROM ") + view + " v JOIN runs r ON r.run_id = v." + column;
@@ -328,12 +333,55 @@ TEST_F(RunEndingsTest, StageBusyIsTheUnionOfTheOpsIntervals) {
             "h2d|4.0|5.5|400\nssd_read|0.25|0.25|100\n");
 }
 
+// Decode rows (core/decode_engine.h) go to decode_steps and decode_requests; tpot_cdf ranks the
+// measured requests, decode_throughput adds tokens over the steps' durations.
+TEST_F(RunEndingsTest, DecodeRowsAndTheirViews) {
+  ResultsDb db(path_);
+  const long long run = db.BeginRun(Info("specache"));
+  {
+    std::unique_ptr<RunLog> log = db.NewRunLog(run);
+    for (int i = 0; i < 3; ++i) {
+      DecodeStepRecord st;
+      st.step = i;
+      st.start_s = 1.0 + i;
+      st.end_s = 1.5 + i;  // 0.5 s each
+      st.batch = 4 - i;
+      st.tokens = i == 0 ? 0 : 4 - i;  // a pre-decoding step, then 3 and 2 tokens
+      st.rows = 2 * st.batch;
+      st.stall_s = 0.1 * i;
+      st.h2d_bytes = 1000;
+      st.gpu_bytes = 5000 - 1000 * Bytes(i);
+      log->LogDecodeStep(st);
+    }
+    for (int q = 0; q < 4; ++q) {
+      DecodeRequestRecord d;
+      d.request_id = RequestId(q);
+      d.warmup = q == 3;
+      d.output_tokens = 3;
+      d.first_token_s = 0.5;
+      d.end_s = 1.5 + 0.5 * q;
+      d.tpot_s = (d.end_s - d.first_token_s) / 2;  // 0.5, 0.75, 1.0 (and the warm-up 1.25)
+      log->LogDecodeRequest(d);
+    }
+    log->Close();
+  }
+  db.EndRun(run, 1.0);
+  EXPECT_EQ(Query("SELECT request_id, tpot_s, fraction FROM tpot_cdf ORDER BY request_id"),
+            "0|0.5|0.333333333333333\n1|0.75|0.666666666666667\n2|1.0|1.0\n");
+  // 5 tokens in 1.5 s of steps; batch 3 on average, 4 at most; stall 0.1 s per step;
+  // TPOT mean 0.75, p50 0.75, p99 1.0.
+  EXPECT_EQ(Query("SELECT requests, steps, tokens, decode_s, round(tokens_per_s, 6), mean_batch, "
+                  "max_batch, mean_step_s, round(mean_stall_s, 6), h2d_bytes, max_gpu_bytes, "
+                  "mean_tpot_s, p50_tpot_s, p99_tpot_s FROM decode_throughput"),
+            "3|3|5|1.5|3.333333|3.0|4|0.5|0.1|3000|5000|0.75|0.75|1.0\n");
+}
+
 TEST_F(ResultsDbTest, SchemaTextIsPinnedToItsVersion) {
   // Files of one version must have one schema: a change of schema.sql or views.sql must come
   // with a new kResultsSchemaVersion (and its text's hash here).
-  EXPECT_EQ(kResultsSchemaVersion, 3);
+  EXPECT_EQ(kResultsSchemaVersion, 4);
   EXPECT_EQ(Sha256(std::string(kResultsSchemaSql) + kResultsViewsSql),
-            "a48dde02d7450425f4de85e91eb19d95e5dc730e2605fa0eb6521b21cadc22bd")
+            "f34863283055081064f0a5c7159532a3012bc2572b806688060647339feb2442")
       << "analysis/schema.sql or views.sql changed: bump kResultsSchemaVersion in "
          "analysis/results_db.h and pin the new hash here";
 }
