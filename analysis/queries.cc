@@ -109,6 +109,33 @@ std::vector<RunSummaryRow> RunSummaries(const std::string& path,
   return rows;
 }
 
+std::vector<DecodeSummaryRow> DecodeSummaries(const std::string& path,
+                                              const std::vector<long long>& run_ids) {
+  std::vector<DecodeSummaryRow> rows;
+  if (run_ids.empty()) return rows;
+  Reader r(path,
+           "SELECT run_id, system, COALESCE(requests, 0), tokens, COALESCE(tokens_per_s, 0), "
+           "mean_batch, max_batch, mean_step_s, mean_stall_s, COALESCE(mean_tpot_s, 0), "
+           "COALESCE(p99_tpot_s, 0) FROM decode_throughput WHERE run_id IN (" +
+               IdList(run_ids) + ") ORDER BY tokens_per_s DESC");
+  while (r.Next()) {
+    DecodeSummaryRow row;
+    row.run_id = r.Int(0);
+    row.system = r.Text(1);
+    row.requests = r.Int(2);
+    row.tokens = r.Int(3);
+    row.tokens_per_s = r.Double(4);
+    row.mean_batch = r.Double(5);
+    row.max_batch = r.Int(6);
+    row.mean_step_s = r.Double(7);
+    row.mean_stall_s = r.Double(8);
+    row.mean_tpot_s = r.Double(9);
+    row.p99_tpot_s = r.Double(10);
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
 std::vector<TtftErrorSummary> SimVsHwTtftErrors(const std::string& path,
                                                 const std::vector<long long>& sim_run_ids,
                                                 const std::vector<long long>& hw_run_ids) {

@@ -40,6 +40,27 @@ struct RunSummaryRow {
 std::vector<RunSummaryRow> RunSummaries(const std::string& path,
                                         const std::vector<long long>& run_ids);
 
+// One run's row of the decode_throughput view (runs whose system decodes), what `kvtier sim`
+// prints below the TTFT table.
+struct DecodeSummaryRow {
+  long long run_id = 0;
+  std::string system;
+  long long requests = 0;  // measured decode requests
+  long long tokens = 0;    // tokens the decode steps produced
+  double tokens_per_s = 0;
+  double mean_batch = 0;
+  long long max_batch = 0;
+  double mean_step_s = 0;
+  double mean_stall_s = 0;
+  double mean_tpot_s = 0;
+  double p99_tpot_s = 0;
+};
+
+// The decode_throughput rows of `run_ids`, highest throughput first; runs that did not decode
+// have none.
+std::vector<DecodeSummaryRow> DecodeSummaries(const std::string& path,
+                                              const std::vector<long long>& run_ids);
+
 // The simulator's per-request TTFT error against the hardware for one system, over the
 // requests the sim_vs_hw view pairs between the sim runs and the hw runs asked for.
 // Percentiles are nearest-rank, like the views'.

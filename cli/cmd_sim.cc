@@ -328,8 +328,22 @@ void PrintComparison(const std::string& out, const std::vector<long long>& run_i
                 pct(r.cpu_hit_ratio).c_str(), mib(r.mean_ssd_read_bytes).c_str(),
                 pct(r.itf_fallback_rate).c_str());
   }
+  // Systems that decode (decode.policy): their decode batch, from the decode_throughput view.
+  const std::vector<DecodeSummaryRow> decode = DecodeSummaries(out, run_ids);
+  if (!decode.empty()) {
+    std::printf("\n%-16s %8s %8s %12s %10s %9s %10s %10s %10s %10s\n", "decode", "requests",
+                "tokens", "tokens/s", "mean batch", "max batch", "step", "stall", "mean TPOT",
+                "p99 TPOT");
+    for (const DecodeSummaryRow& d : decode) {
+      std::printf("%-16s %8lld %8lld %12.1f %10.1f %9lld %10s %10s %10s %10s\n",
+                  d.system.c_str(), d.requests, d.tokens, d.tokens_per_s, d.mean_batch,
+                  d.max_batch, ms(d.mean_step_s).c_str(), ms(d.mean_stall_s).c_str(),
+                  ms(d.mean_tpot_s).c_str(), ms(d.p99_tpot_s).c_str());
+    }
+  }
   std::printf("\nresults: %s (run ids %s; query the run_summary, ttft_cdf, layer_retention, "
-              "io_breakdown views)\n", out.c_str(), ids.c_str());
+              "io_breakdown views%s)\n", out.c_str(), ids.c_str(),
+              decode.empty() ? "" : "; decode: tpot_cdf, decode_throughput, decode_steps");
 }
 
 int RunSim(const Args& args) {

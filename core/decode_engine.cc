@@ -422,8 +422,13 @@ Status DecodeEngine::Step() {
     end = std::max(end, t.end_s);
   }
   held_ = std::move(held_next);
-  Status retired = RetireDone(false);
-  if (st.ok()) st = retired;
+  // The step's failure: a transfer's own failure (a prefetch of the previous step, say) rather
+  // than the aborted computes after it, as Pipeline::Run reports a request's.
+  const Status retired = RetireDone(false);
+  if (!retired.ok() && (st.ok() || (st.code() == Status::Code::kAborted &&
+                                     retired.code() != Status::Code::kAborted))) {
+    st = retired;
+  }
   ++steps_;
   DecodeStepRecord rec;
   rec.step = steps_ - 1;
@@ -439,6 +444,7 @@ Status DecodeEngine::Step() {
   rec.h2d_bytes = h2d_bytes;
   rec.d2h_bytes = d2h_bytes;
   log_->LogDecodeStep(rec);
+  log_->Flush();  // a durable log writes a batch every so many (analysis/results_db.cc)
   tokens_ += tokens;
   busy_s_ += end - start;
   batch_sum_ += double(seqs_.size());

@@ -273,6 +273,32 @@ TEST(Decode, SpeCacheSubmitsTheNextStepsPrefetchBeforeTheStepEnds) {
   EXPECT_GT(nospec_stall, 4 * 4 * 0.9e-4);
 }
 
+// A decode transfer that fails fails the run, named as the pipeline names a request's failed
+// op (core/executor.h "Failure"): its own error, not the aborted computes after it.
+TEST(Decode, AFailedPrefetchFailsTheRun) {
+  FakeExecutorOptions eo;
+  testing::FakeFailure f;
+  f.transfer = TransferKind::kH2D;
+  f.purpose = Purpose::kDecodePrefetch;
+  f.layer = 2;
+  eo.failures.push_back(f);
+  std::vector<Request> reqs;
+  for (RequestId i = 1; i <= 2; ++i) reqs.push_back(MakeRequest(i, 60, 5));
+  const Served s = Serve(DecodingSystem(DecodePolicy::kSpeCache), reqs, eo);
+  ASSERT_EQ(s.status.code(), Status::Code::kIoError) << s.status.ToString();
+  EXPECT_NE(s.status.message().find("h2d (decode_prefetch, request 0, layer 2)"),
+            std::string::npos)
+      << s.status.ToString();
+  int failed = 0, aborted = 0;
+  for (const TransferRecord& t : s.log.transfers) {
+    failed += t.outcome == TransferOutcome::kFailed;
+    aborted += t.outcome == TransferOutcome::kAborted;
+  }
+  EXPECT_EQ(failed, 1);
+  EXPECT_GT(aborted, 0);              // the prefetches of the aborted layers after it
+  EXPECT_TRUE(s.log.decode_requests.empty());  // nobody finished: the run stopped there
+}
+
 // Without decode.policy nothing changes: no decode engine, CanAdmit is true, no decode rows.
 TEST(Decode, OffByDefault) {
   SystemOptions sys;
