@@ -151,6 +151,30 @@ TEST_F(CliTest, EveryModelHardwareSystemCombinationIsValid) {
   }
 }
 
+// Every shipped profile says where its numbers come from: a hardware profile in `source`, a
+// model descriptor in the comment it opens with (its config.json or paper).
+TEST_F(CliTest, EveryShippedModelAndHardwareFileCitesItsSource) {
+  for (const auto& m : Names("models")) {
+    const std::string text = kvtier::testing::Slurp(SourceDir() / "configs" / "models" / (m + ".ini"));
+    EXPECT_EQ(text.rfind("; ", 0), 0u) << m << ": no opening comment citing the source";
+    // A Hugging Face repository (owner/name) or its config.json.
+    const std::string opening = text.substr(0, text.find("[model]"));
+    EXPECT_TRUE(opening.find("config.json") != std::string::npos ||
+                opening.find('/') != std::string::npos)
+        << m << ": the opening comment names no config.json or repository";
+  }
+  for (const auto& h : Names("hardware")) {
+    const std::string e =
+        Write("h.ini", "[include]\nmodel = opt-13b\nhardware = " + h + "\nsystem = spec\n");
+    Result r = Run("config --no-origins --config " + e);
+    ASSERT_EQ(r.code, 0) << h << ": " << r.err;
+    const auto at = r.out.find("hardware.source = ");
+    ASSERT_NE(at, std::string::npos) << h << ": " << r.out;
+    EXPECT_GT(r.out.find('\n', at) - at, std::string("hardware.source = ").size() + 20)
+        << h << ": source is (nearly) empty";
+  }
+}
+
 TEST_F(CliTest, ModelPrintsKvSizesAndTheTradeOffTable) {
   Result r = Run("model opt-13b --hardware a100-pcie4-nvme --tokens 128,1024");
   ASSERT_EQ(r.code, 0) << r.err;
