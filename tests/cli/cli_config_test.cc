@@ -175,6 +175,40 @@ TEST_F(CliTest, EveryShippedModelAndHardwareFileCitesItsSource) {
   }
 }
 
+// The SpeCache setup (issue 17): Mistral-7B-Instruct-v0.2 on one RTX A6000. The values are the
+// ones the files cite (config.json; the A6000 datasheet), read back through the loader.
+TEST_F(CliTest, MistralOnA6000LoadsWithTheCitedValues) {
+  const std::string e =
+      Write("specache.ini",
+            "[include]\nmodel = mistral-7b-instruct-v0.2\nhardware = a6000-pcie4\nsystem = spec\n");
+  Result r = Run("config --no-origins --config " + e);
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* line :
+       {"model.name = mistral-7b-instruct-v0.2\n", "model.family = llama\n", "model.layers = 32\n",
+        "model.hidden = 4096\n", "model.heads = 32\n", "model.kv_heads = 8\n",
+        "model.head_dim = 128\n", "model.ffn = 14336\n", "model.vocab = 32000\n",
+        "model.dtype_bytes = 2\n", "model.max_context = 32768\n", "hardware.name = a6000-pcie4\n",
+        "gpu.memory = 48GiB\n", "gpu.flops = 154.8TFLOP/s\n", "gpu.mem_bw = 768GB/s\n",
+        "pcie.h2d_bw = 25GB/s\n", "pcie.d2h_bw = 25GB/s\n", "pcie.latency = 2.3us\n"}) {
+    EXPECT_NE(r.out.find(line), std::string::npos) << "missing " << line << r.out;
+  }
+  // The whole source line is kept (the loader ends a value at its first ';').
+  EXPECT_NE(r.out.find("kernel_overhead and host"), std::string::npos) << r.out;
+
+  r = Run("model mistral-7b-instruct-v0.2 --hardware a6000-pcie4 --tokens 2048");
+  ASSERT_EQ(r.code, 0) << r.err;
+  // KV per token: 2 x 32 layers x (8 x 128) x 2 B = 131,072 B.
+  EXPECT_NE(r.out.find("131072 B"), std::string::npos) << r.out;
+  // Parameters read per forward pass (embeddings excluded): per layer Q+K+V 4096 x (4096 +
+  // 2 x 1024) = 25,165,824, O 16,777,216, FFN 3 x 4096 x 14336 = 176,160,768, two RMSNorms 8,192
+  // -> 218,112,000 x 32 = 6,979,584,000; LM head 4096 x 32000 + final norm 4096 = 131,076,096;
+  // total 7,110,660,096 = 7.11B, 14.2 GB at 2 B.
+  EXPECT_NE(r.out.find("7.11B parameters"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("= 14.2 GB of weights"), std::string::npos) << r.out;
+  // 154.8 TFLOP/s prints as 155; the datasheet's 768 GB/s.
+  EXPECT_NE(r.out.find("GPU 155 TFLOP/s x 0.60"), std::string::npos) << r.out;
+}
+
 TEST_F(CliTest, ModelPrintsKvSizesAndTheTradeOffTable) {
   Result r = Run("model opt-13b --hardware a100-pcie4-nvme --tokens 128,1024");
   ASSERT_EQ(r.code, 0) << r.err;
