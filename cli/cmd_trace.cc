@@ -46,6 +46,19 @@ std::vector<double> ParseList(const std::string& key, const std::string& text) {
   return out;
 }
 
+// A comma list of whole numbers >= 1 (empty allowed when allow_empty).
+std::vector<int> ParseWholeList(const std::string& key, const std::string& text, bool allow_empty) {
+  std::vector<int> out;
+  if (text.empty() && allow_empty) return out;
+  for (double v : ParseList(key, text)) {
+    if (!(v >= 1 && v <= 1 << 20) || v != std::floor(v)) {
+      throw InputError("--" + key + ": whole numbers in [1, 2^20], got " + text);
+    }
+    out.push_back(static_cast<int>(v));
+  }
+  return out;
+}
+
 // One option, available as --name on the command line and as `name` in [section] of an INI.
 struct Options {
   po::options_description cmd{"options"};
@@ -380,9 +393,16 @@ int RunStats(const Args& args) {
   o.Add<std::string>(nullptr, "importance-config", &icfg, "INI [importance] for payload-none traces");
   std::string chunks = "16,32,64,128,256";
   AddStructureOptions(&o, &opt.importance.structure, &chunks);
+  std::string decode_ks, decode_lags = "1,2,4,8,16";
+  o.Add<std::string>(nullptr, "decode-ks", &decode_ks, "decode top-k sets: set sizes measured (8,16,32,... below the recorded k, and k)");
+  o.Add<std::string>(nullptr, "decode-lags", &decode_lags, "decode top-k sets: step distances of the step Jaccard (1,2,4,8,16)");
+  o.Add<std::int64_t>(nullptr, "decode-records", &opt.decode.max_records, "decode top-k sets: records measured (0: all)");
   o.positional.add("trace", 1);
   if (!Parse(&o, args, "trace stats", "usage: kvtier trace stats T [--json]", false)) return 0;
   CheckStructureOptions(&opt.importance.structure, chunks);
+  opt.decode.ks = ParseWholeList("decode-ks", decode_ks, /*allow_empty=*/true);
+  opt.decode.lags = ParseWholeList("decode-lags", decode_lags, /*allow_empty=*/false);
+  if (opt.decode.max_records < 0) throw InputError("--decode-records: must be >= 0");
   if (trace.empty()) throw InputError("a trace file is required");
   opt.importance.retentions = ParseList("retentions", retentions);
   for (double r : opt.importance.retentions) {
@@ -485,7 +505,8 @@ void PrintTraceUsage(std::FILE* f) {
                "  record           record a real trace with the small LM (explicit importance)\n"
                "  import-mooncake  convert a Mooncake FAST'25 JSON-lines trace\n"
                "  stats            lengths, ideal reuse ratio, head/layer similarity, SPI recall,\n"
-               "                   layer/query/position structure, packing savings, ITF fallback\n"
+               "                   layer/query/position structure, packing savings, ITF fallback,\n"
+               "                   decode top-k overlap (step to step, speculative hit)\n"
                "  fit              fit importance model v3 (--model v2, v1: older versions) to a trace\n"
                "  info             header and first records; validates the whole file\n");
 }

@@ -199,7 +199,9 @@ TraceStats ComputeTraceStats(const std::string& path, const TraceStatsOptions& o
   std::int64_t sampled = 0;
   TraceRecord rec;
   std::vector<float> tmp;
+  DecodeStatsAccumulator decode(opt.decode);
   while (reader.Next(&rec)) {
+    if (rec.decode_sets) decode.Add(*rec.decode_sets);
     const Request& q = rec.request;
     if (st.requests == 0) st.first_arrival_s = q.arrival_s;
     st.last_arrival_s = std::max(st.last_arrival_s, q.arrival_s);
@@ -240,6 +242,7 @@ TraceStats ComputeTraceStats(const std::string& path, const TraceStatsOptions& o
   }
   st.distinct_symbols = std::int64_t(seen.size());
   if (acc) st.importance = acc->Result();
+  if (!decode.empty()) st.decode = decode.Result();
   return st;
 }
 
@@ -281,6 +284,7 @@ std::string FormatStatsTable(const TraceStats& st) {
   o << line;
   if (!st.importance) {
     o << "\nimportance       none in this trace (name an importance model to measure one)\n";
+    if (st.decode) o << FormatDecodeTable(*st.decode);
     return o.str();
   }
   const ImportanceStats& im = *st.importance;
@@ -321,6 +325,7 @@ std::string FormatStatsTable(const TraceStats& st) {
     }
     o << "\n";
   }
+  if (st.decode) o << FormatDecodeTable(*st.decode);
   return o.str();
 }
 
@@ -365,6 +370,7 @@ std::string FormatStatsJson(const TraceStats& st) {
     if (im.structure) o << ",\n    \"structure\": " << FormatStructureJson(*im.structure, "    ");
     o << "\n  }";
   }
+  if (st.decode) o << ",\n  \"decode\": " << FormatDecodeJson(*st.decode, "  ");
   o << "\n}\n";
   return o.str();
 }

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "traces/decode_stats.h"
 #include "traces/generator.h"
 #include "traces/importance_stats.h"
 #include "traces/trace_format.h"
@@ -35,6 +36,7 @@ struct TraceStatsOptions {
   ImportanceStatsOptions importance;
   std::int64_t importance_requests = 64;  // requests sampled for importance statistics (first)
   std::optional<ProceduralParams> none_model;  // importance model for payload-none traces
+  DecodeStatsOptions decode;  // decode top-k sets (extension 2), when the trace has them
 };
 
 struct TraceStats {
@@ -56,6 +58,7 @@ struct TraceStats {
     return total_input_tokens ? double(reusable_tokens) / double(total_input_tokens) : 0;
   }
   std::optional<ImportanceStats> importance;
+  std::optional<DecodeStats> decode;  // records with decode top-k sets (traces/decode_stats.h)
 };
 
 // Reads the whole trace. Throws TraceError for a malformed trace.
