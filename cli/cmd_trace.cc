@@ -16,6 +16,7 @@
 #include "core/errors.h"
 #include "core/input_file.h"
 #include "core/schedule.h"
+#include "traces/decode_fit.h"
 #include "traces/generator.h"
 #include "traces/importance_fit.h"
 #include "traces/mooncake.h"
@@ -238,11 +239,31 @@ int RunGen(const Args& args) {
   o.Add<std::uint64_t>("importance", "importance_seed", &iseed, "importance model seed (1)");
   AddTargets(&o, &t, &tf);
   AddModel(&o, &m);
+  std::string decode_params;
+  {  // [decode] params in the INI, --decode-params on the command line (--params is importance's)
+    const char* help = "with --like: a decode top-k model ('decode=v1 ...', as trace fit --decode writes) generating the decode sets; importance is kept unless [importance] params is given";
+    o.cmd.add_options()("decode-params", po::value<std::string>(&decode_params), help);
+    o.ini.add_options()("decode.params", po::value<std::string>(&decode_params), help);
+  }
   if (!Parse(&o, args, "trace gen", "usage: kvtier trace gen --out T [--config gen.ini] [options]",
              true)) {
     return 0;
   }
   if (out.empty()) throw InputError("--out is required");
+  if (!decode_params.empty() && like.empty()) {
+    throw InputError("decode.params: decode sets are generated only with --like (on a trace's decode steps)");
+  }
+  if (!decode_params.empty()) {
+    const DecodeModelParams dp = DecodeModelParams::Parse(decode_params, "decode.params");
+    std::optional<ProceduralParams> ip;
+    if (!t.params.empty()) ip = ProceduralParams::Parse(t.params, "importance.params");
+    const std::int64_t n = GenerateDecodeLikeTrace(like, out, dp, ip);
+    if (!quiet) {
+      std::printf("wrote %s: %lld records like %s\ndecode model: %s\n", out.c_str(), (long long)n,
+                  like.c_str(), dp.ToString().c_str());
+    }
+    return 0;
+  }
   if (!like.empty()) {
     CheckTargets(&t, tf);
     ProceduralParams p;
@@ -433,12 +454,34 @@ int RunFit(const Args& args) {
   o.Add<std::uint64_t>(nullptr, "seed", &v2.seed, "v2, v3: seed of the fitted model (1)");
   o.Add<int>(nullptr, "factors", &v2.factors, "v3: fields shared across layers (4)");
   AddStructureOptions(&o, &v2.structure, &chunks);
+  bool decode = false;
+  DecodeFitOptions dfo;
+  std::string decode_ks, decode_lags = "1,2,4,8,16";
+  o.Flag("decode", &decode, "fit the procedural decode top-k model to the trace's decode sets (extension 2) instead of importance: writes [decode] params");
+  o.Add<std::string>(nullptr, "decode-ks", &decode_ks, "--decode: set sizes fitted (8,16,32,... below the recorded k, and k)");
+  o.Add<std::string>(nullptr, "decode-lags", &decode_lags, "--decode: step Jaccard lags fitted (1,2,4,8,16)");
+  o.Add<std::int64_t>(nullptr, "decode-records", &dfo.records, "--decode: records the inversion curves are measured on (16)");
   o.positional.add("trace", 1);
   if (!Parse(&o, args, "trace fit",
-             "usage: kvtier trace fit T [--model v3|v2|v1] [--out fit.ini]", false)) {
+             "usage: kvtier trace fit T [--model v3|v2|v1 | --decode] [--out fit.ini]", false)) {
     return 0;
   }
   if (trace.empty()) throw InputError("a trace file is required");
+  if (decode) {
+    dfo.ks = ParseWholeList("decode-ks", decode_ks, /*allow_empty=*/true);
+    dfo.lags = ParseWholeList("decode-lags", decode_lags, /*allow_empty=*/false);
+    if (dfo.records < 1) throw InputError("--decode-records: must be >= 1");
+    dfo.seed = v2.seed;
+    const std::string ini = FormatDecodeFitIni(FitDecodeModel(trace, dfo), trace);
+    if (out.empty()) {
+      std::fputs(ini.c_str(), stdout);
+    } else {
+      std::ofstream f(out);
+      f << ini;
+      if (!f) throw InputError(out + ": cannot write");
+    }
+    return 0;
+  }
   if (model != "v1" && model != "v2" && model != "v3") {
     throw InputError("--model: expected v1, v2 or v3, got '" + model + "'");
   }

@@ -14,36 +14,6 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// A ranked set as (position, rank) sorted by position, for intersections of prefixes.
-using Ranked = std::vector<std::pair<std::int64_t, std::int32_t>>;
-
-Ranked ByPosition(const std::vector<std::int64_t>& set) {
-  Ranked r(set.size());
-  for (std::size_t i = 0; i < set.size(); ++i) r[i] = {set[i], static_cast<std::int32_t>(i)};
-  std::sort(r.begin(), r.end());
-  return r;
-}
-
-// counts[i] = |A[:ks[i]] ∩ B[:ks[i]]| (prefixes clipped to the sets' sizes): an element with
-// ranks ra in A and rb in B is in both prefixes of size k' iff max(ra, rb) < k'.
-void PrefixIntersections(const Ranked& a, const Ranked& b, const std::vector<int>& ks,
-                         std::vector<std::int64_t>* counts) {
-  counts->assign(ks.size(), 0);
-  std::size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    if (a[i].first < b[j].first) {
-      ++i;
-    } else if (b[j].first < a[i].first) {
-      ++j;
-    } else {
-      const std::int32_t m = std::max(a[i].second, b[j].second);
-      for (std::size_t q = 0; q < ks.size(); ++q) (*counts)[q] += m < ks[q];
-      ++i;
-      ++j;
-    }
-  }
-}
-
 std::string Num(double v, int digits = 3) {
   if (std::isnan(v)) return "null";
   char b[64];
@@ -76,7 +46,7 @@ void OverlapDistribution::Add(double value, double random, int layer) {
   ++samples;
   sum += value;
   random_sum += random;
-  ++values[value];
+  if (keep_values) ++values[value];
   if (layer >= static_cast<int>(layer_n.size())) {
     layer_n.resize(layer + 1, 0);
     layer_sum.resize(layer + 1, 0.0);
@@ -91,7 +61,7 @@ double OverlapDistribution::RandomMean() const {
 }
 
 double OverlapDistribution::Quantile(double q) const {
-  if (samples == 0) return kNaN;
+  if (samples == 0 || values.empty()) return kNaN;
   const std::int64_t rank =
       std::clamp<std::int64_t>(std::int64_t(std::ceil(q * double(samples))), 1, samples);
   std::int64_t seen = 0;
@@ -151,9 +121,11 @@ void DecodeStatsAccumulator::Init(const DecodeTopKSets& sets) {
   }
   std::sort(st.lags.begin(), st.lags.end());
   st.lags.erase(std::unique(st.lags.begin(), st.lags.end()), st.lags.end());
-  st.step_jaccard.assign(st.ks.size(), std::vector<OverlapDistribution>(st.lags.size()));
-  st.step_hit.assign(st.ks.size(), {});
-  st.spec_hit.assign(st.ks.size(), {});
+  OverlapDistribution empty;
+  empty.keep_values = opt_.distributions;
+  st.step_jaccard.assign(st.ks.size(), std::vector<OverlapDistribution>(st.lags.size(), empty));
+  st.step_hit.assign(st.ks.size(), empty);
+  st.spec_hit.assign(st.ks.size(), empty);
   leading_hits_.assign(sets.layers, std::vector<std::int64_t>(DecodeStats::kLeadingPositions, 0));
   leading_sets_.assign(sets.layers, 0);
   st.leading_share.assign(sets.layers, std::vector<double>(DecodeStats::kLeadingPositions, 0.0));
@@ -177,12 +149,21 @@ void DecodeStatsAccumulator::Add(const DecodeTopKSets& sets) {
   st.has_prefetched = st.has_prefetched || spec;
   if (sets.output.empty() || st.ks.empty()) return;
   const std::size_t nk = st.ks.size();
-  std::vector<Ranked> out(sets.steps);
-  std::vector<std::int64_t> counts;
+  std::vector<std::int64_t> counts(nk);
   auto size_at = [](std::size_t stored, int k) { return std::min<std::size_t>(stored, k); };
+  // |A[:k] ∩ B[:k]| for every k at once: A's ranks are marked in rank_ (dense by position); an
+  // element of B at rank j whose A rank is i is in both prefixes of size k iff max(i, j) < k.
+  auto common = [&](const std::vector<std::int64_t>& b) {
+    std::fill(counts.begin(), counts.end(), 0);
+    for (std::size_t j = 0; j < b.size(); ++j) {
+      const std::size_t pos = static_cast<std::size_t>(b[j]);
+      if (pos >= rank_.size() || rank_[pos] < 0) continue;
+      const std::int32_t m = std::max<std::int32_t>(rank_[pos], static_cast<std::int32_t>(j));
+      for (std::size_t q = 0; q < nk; ++q) counts[q] += m < st.ks[q];
+    }
+  };
   for (int l = 0; l < sets.layers; ++l) {
     for (int h = 0; h < sets.kv_heads; ++h) {
-      for (int s = 0; s < sets.steps; ++s) out[s] = ByPosition(sets.output[sets.Index(s, l, h)]);
       for (int s = 0; s < sets.steps; ++s) {
         const std::vector<std::int64_t>& o = sets.output[sets.Index(s, l, h)];
         if (o.empty()) {
@@ -194,9 +175,14 @@ void DecodeStatsAccumulator::Add(const DecodeTopKSets& sets) {
         for (std::size_t i = 0; i < std::min<std::size_t>(o.size(), st.ks[0]); ++i) {
           if (o[i] < DecodeStats::kLeadingPositions) ++leading_hits_[l][o[i]];
         }
+        for (std::size_t i = 0; i < o.size(); ++i) {
+          const std::size_t pos = static_cast<std::size_t>(o[i]);
+          if (pos >= rank_.size()) rank_.resize(pos + 1, -1);
+          rank_[pos] = static_cast<std::int32_t>(i);
+        }
         if (spec) {
           const std::vector<std::int64_t>& p = sets.prefetched[sets.Index(s, l, h)];
-          PrefixIntersections(ByPosition(p), out[s], st.ks, &counts);
+          common(p);
           for (std::size_t q = 0; q < nk; ++q) {
             const double a = double(size_at(p.size(), st.ks[q]));
             const double b = double(size_at(o.size(), st.ks[q]));
@@ -208,7 +194,7 @@ void DecodeStatsAccumulator::Add(const DecodeTopKSets& sets) {
           if (t >= sets.steps) break;
           const std::vector<std::int64_t>& o2 = sets.output[sets.Index(t, l, h)];
           if (o2.empty()) continue;
-          PrefixIntersections(out[s], out[t], st.ks, &counts);
+          common(o2);
           // The later step's candidates include the earlier's: a uniformly random later set
           // meets the earlier one in |A||B|/n_t positions on average.
           const double nt = double(sets.candidates[t]);
@@ -221,6 +207,7 @@ void DecodeStatsAccumulator::Add(const DecodeTopKSets& sets) {
             if (st.lags[li] == 1) st.step_hit[q].Add(x / b, a / nt, l);
           }
         }
+        for (std::int64_t pos : o) rank_[static_cast<std::size_t>(pos)] = -1;
       }
     }
     for (int t = 0; t < DecodeStats::kLeadingPositions; ++t) {

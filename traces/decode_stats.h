@@ -35,13 +35,15 @@ struct DecodeStatsOptions {
   std::vector<int> ks;               // empty: 8, 16, 32, ... below the recorded k, and k itself
   std::vector<int> lags = {1, 2, 4, 8, 16};  // step distances of the step Jaccard
   std::int64_t max_records = 0;      // records with decode sets measured (0: all)
+  bool distributions = true;  // false: means only (no quantiles or histograms; the fit's loop)
 };
 
 // The distribution of one overlap statistic over its samples.
 struct OverlapDistribution {
   std::int64_t samples = 0;
   double sum = 0, random_sum = 0;
-  std::map<double, std::int64_t> values;  // value -> count
+  bool keep_values = true;
+  std::map<double, std::int64_t> values;  // value -> count (when keep_values)
   std::vector<double> layer_sum;
   std::vector<std::int64_t> layer_n;
 
@@ -49,6 +51,7 @@ struct OverlapDistribution {
   double Mean() const;        // NaN without samples
   double RandomMean() const;  // NaN without samples
   double Quantile(double q) const;  // the smallest value with at least q of the samples <= it
+                                    // (NaN without kept values)
   double LayerMean(int layer) const;  // NaN without samples
   // Counts in 10 bins [i/10, (i+1)/10), the last one closed.
   std::vector<std::int64_t> Histogram() const;
@@ -97,6 +100,7 @@ class DecodeStatsAccumulator {
   double candidates_sum_ = 0;
   std::vector<std::vector<std::int64_t>> leading_hits_;  // [layer][t]
   std::vector<std::int64_t> leading_sets_;               // [layer]
+  std::vector<std::int32_t> rank_;  // by position: rank in the current output set, or -1
 };
 
 // The default k list for a recorded k: 8, 16, 32, ... below k, then k (k itself when k < 8).
