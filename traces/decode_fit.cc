@@ -419,7 +419,7 @@ DecodeFit FitDecodeModel(const std::string& path, const DecodeFitOptions& opt) {
     for (int l = 0; l < layers; ++l) e += FitLayer(fit.lag_corr[l], rho, &a[l], &b[l]);
     return e;
   };
-  const double lo = std::log(0.25), hi = std::log(1024.0);
+  const double lo = std::log(0.25), hi = std::log(64.0);  // DecodeModelParams' range
   constexpr int kGrid = 48;
   double best_x = lo, best_e = std::numeric_limits<double>::infinity();
   for (int i = 0; i <= kGrid; ++i) {
@@ -449,8 +449,8 @@ DecodeFit FitDecodeModel(const std::string& path, const DecodeFitOptions& opt) {
   p.drift_steps = std::round(std::exp(log_t) * 1e3) / 1e3;
 
   // Refinement per layer, by the model itself: the fields of the first `records` shapes are
-  // drawn once; the stable field's tail, a and b are set by coordinate-wise golden-section
-  // searches on the step Jaccard (every k and lag), then c on the spec hit (every k).
+  // drawn once; (tail, a, b / (1 - a)) are set by Nelder-Mead on the step Jaccard (every k and
+  // lag), then (spec_tail, c) on the spec hit (every k).
   std::vector<double> tail(layers, 0.0), spec(layers, 0.0), spec_tail(layers, 0.0);
   {
     DecodeModelParams fp;

@@ -12,8 +12,8 @@
 //   c_l         <- the spec hit, inverted the same way (the correlation of the speculative
 //                  token's scores with the output token's), averaged over the ks;
 //   T, a_l, b_l <- least squares of r_l(d) = a_l + b_l DriftCorrelation(T, d) over lags and
-//                  layers: a_l, b_l in closed form per layer (a, b >= 0, a + b <= 1), T by a
-//                  grid and a golden-section search on log T.
+//                  layers: a_l, b_l in closed form per layer (a, b >= 0, a + b <= 1), T in
+//                  [0.25, 64] by a grid and a golden-section search on log T.
 // That is exact for a Gaussian stable field (tail 0). The stable field's tail changes how the
 // overlap depends on k (the real model's small sets are the most stable), so each layer is then
 // refined by the model itself: its fields on the first `records` shapes are drawn once, and
