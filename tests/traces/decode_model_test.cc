@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -298,6 +299,32 @@ TEST(DecodeFit, CliFitGenerateAndStats) {
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("--decode-ks"), std::string::npos) << r.output;
   for (const std::string& f : {source, path, ini, gen}) std::remove(f.c_str());
+}
+
+// The shipped fits (configs/decode/*.ini, `trace fit --decode` outputs of SmolLM2 recordings,
+// docs/decode.md) parse, describe every one of SmolLM2's 30 layers, and generate sets.
+TEST(DecodeFit, ShippedFitsParseAndGenerate) {
+  const std::filesystem::path dir = std::filesystem::path(testing_traces::SourceDir()) / "configs" / "decode";
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() != ".ini") continue;
+    std::ifstream in(e.path());
+    std::string line, params;
+    while (std::getline(in, line)) {
+      if (line.rfind("params = ", 0) == 0) params = line.substr(9);
+    }
+    ASSERT_FALSE(params.empty()) << e.path();
+    const DecodeModelParams p = DecodeModelParams::Parse(params, e.path().string());
+    EXPECT_EQ(p.stable.size(), 30u) << e.path();
+    EXPECT_EQ(p.spec_corr.size(), 30u) << e.path();
+    const DecodeSetModel m(p, 30);
+    std::vector<std::int64_t> o, q;
+    m.Sets(1, 0, 29, 2, 1000, 64, &o, &q);
+    EXPECT_EQ(o.size(), 64u);
+    EXPECT_EQ(q.size(), 64u);
+    ++n;
+  }
+  EXPECT_GE(n, 3);
 }
 
 TEST(DecodeFit, TraceWithoutDecodeSetsIsATraceError) {
