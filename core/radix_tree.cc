@@ -172,29 +172,15 @@ std::vector<std::pair<std::int64_t, std::int64_t>> RadixTree::NodeRanges(std::ui
   return ranges;
 }
 
-std::uint32_t RadixTree::Repack(std::uint32_t old_id, std::span<const float> importance) {
-  auto it = segments_.find(old_id);
-  KVTIER_CHECK(it != segments_.end(), "Repack: unknown segment");
-  const Segment& old = it->second;
-  KVTIER_CHECK(static_cast<std::int64_t>(importance.size()) == old.tokens,
-               "Repack: one importance value per stored token");
-  // Packs: the node ranges, plus any gap not referenced by a node (kept as its own pack).
-  std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
-  std::int64_t cursor = 0;
-  for (const auto& r : NodeRanges(old_id)) {
-    if (r.first > cursor) ranges.emplace_back(cursor, r.first);
-    ranges.push_back(r);
-    cursor = r.second;
-  }
-  if (cursor < old.tokens) ranges.emplace_back(cursor, old.tokens);
-
-  Segment seg;
-  seg.id = next_segment_++;
-  seg.tokens = old.tokens;
-  seg.reordered = true;
-  seg.stored.resize(static_cast<std::size_t>(old.tokens));
+void PackByImportance(std::span<const std::pair<std::int64_t, std::int64_t>> ranges,
+                      std::span<const float> importance, int chunk_tokens, Segment* seg) {
+  KVTIER_CHECK(std::int64_t(importance.size()) == seg->tokens,
+               "PackByImportance: one importance value per stored token");
+  seg->reordered = true;
+  seg->packs.clear();
+  seg->stored.resize(static_cast<std::size_t>(seg->tokens));
   std::uint32_t chunk = 0;
-  std::vector<std::int64_t> order;
+  thread_local std::vector<std::int64_t> order;
   for (const auto& [begin, end] : ranges) {
     order.resize(static_cast<std::size_t>(end - begin));
     std::iota(order.begin(), order.end(), begin);
@@ -203,13 +189,39 @@ std::uint32_t RadixTree::Repack(std::uint32_t old_id, std::span<const float> imp
       return importance[static_cast<std::size_t>(a)] > importance[static_cast<std::size_t>(b)];
     });
     for (std::size_t i = 0; i < order.size(); ++i) {
-      seg.stored[static_cast<std::size_t>(order[i])] = static_cast<std::uint32_t>(begin) +
-                                                       static_cast<std::uint32_t>(i);
+      seg->stored[static_cast<std::size_t>(order[i])] = static_cast<std::uint32_t>(begin) +
+                                                        static_cast<std::uint32_t>(i);
     }
-    seg.packs.push_back(Segment::Pack{begin, end, chunk});
-    chunk += static_cast<std::uint32_t>((end - begin + chunk_tokens_ - 1) / chunk_tokens_);
+    seg->packs.push_back(Segment::Pack{begin, end, chunk});
+    chunk += static_cast<std::uint32_t>((end - begin + chunk_tokens - 1) / chunk_tokens);
   }
-  seg.num_chunks = chunk;
+  seg->num_chunks = chunk;
+}
+
+std::vector<std::pair<std::int64_t, std::int64_t>> RadixTree::RepackRanges(std::uint32_t id) const {
+  const Segment* seg = FindSegment(id);
+  KVTIER_CHECK(seg != nullptr, "RepackRanges: unknown segment");
+  // Packs: the node ranges, plus any gap not referenced by a node (kept as its own pack).
+  std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
+  std::int64_t cursor = 0;
+  for (const auto& r : NodeRanges(id)) {
+    if (r.first > cursor) ranges.emplace_back(cursor, r.first);
+    ranges.push_back(r);
+    cursor = r.second;
+  }
+  if (cursor < seg->tokens) ranges.emplace_back(cursor, seg->tokens);
+  return ranges;
+}
+
+std::uint32_t RadixTree::Repack(std::uint32_t old_id, std::span<const float> importance) {
+  auto it = segments_.find(old_id);
+  KVTIER_CHECK(it != segments_.end(), "Repack: unknown segment");
+  KVTIER_CHECK(static_cast<std::int64_t>(importance.size()) == it->second.tokens,
+               "Repack: one importance value per stored token");
+  Segment seg;
+  seg.id = next_segment_++;
+  seg.tokens = it->second.tokens;
+  PackByImportance(RepackRanges(old_id), importance, chunk_tokens_, &seg);
   const std::uint32_t new_id = seg.id;
   for (auto& [node_id, node] : nodes_) {
     if (node->segment == old_id) node->segment = new_id;

@@ -71,6 +71,14 @@ struct Match {
   std::vector<MatchPiece> pieces;   // in prefix order, covering [0, reused_tokens)
 };
 
+// Lays out `seg` (whose `tokens` is set) as RadixTree::Repack does: one pack per range of
+// `ranges` (sorted, covering [0, seg->tokens)), each packed from a fresh chunk, its tokens in
+// descending `importance` (one value per original offset), ties by offset. Sets packs, stored,
+// num_chunks and reordered; id is left alone. The reorderer uses it to evaluate a repack before
+// making it (core/reorderer.h).
+void PackByImportance(std::span<const std::pair<std::int64_t, std::int64_t>> ranges,
+                      std::span<const float> importance, int chunk_tokens, Segment* seg);
+
 class RadixTree {
  public:
   RadixTree(int tokens_per_symbol, int chunk_tokens);
@@ -90,6 +98,10 @@ class RadixTree {
   // tokens of each pack ordered by `importance` (indexed by original offset) descending, ties
   // by offset. Returns the new segment id; nodes are re-pointed. The old segment is gone.
   std::uint32_t Repack(std::uint32_t old_id, std::span<const float> importance);
+
+  // The packs Repack(id, ...) makes: the node ranges referencing segment `id`, plus each gap no
+  // node references as a range of its own; sorted, covering [0, tokens).
+  std::vector<std::pair<std::int64_t, std::int64_t>> RepackRanges(std::uint32_t id) const;
 
   const Segment* FindSegment(std::uint32_t id) const;
   // Node ranges [begin, end) (original offsets) that reference segment `id`, sorted.

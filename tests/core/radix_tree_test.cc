@@ -137,5 +137,34 @@ TEST(RadixTreeTest, SplittingAReorderedNodeStaysCorrect) {
   EXPECT_EQ(tree.FindSegment(again)->packs.size(), 2u);
 }
 
+// The reorderer evaluates a repack before making it with PackByImportance over RepackRanges:
+// that is exactly the layout Repack then gives (packs per node range, plus an unreferenced gap
+// as a pack of its own).
+TEST(RadixTreeTest, PackByImportanceIsTheLayoutRepackMakes) {
+  RadixTree tree(1, 2);
+  auto s0 = Seq({50, 51, 52, 53, 54, 55, 56});
+  const std::uint32_t seg = tree.Insert(s0, tree.Lookup(s0));
+  auto other = Seq({50, 51, 52, 77});
+  tree.Insert(other, tree.Lookup(other));  // two node ranges: [0, 3) and [3, 7)
+  const std::vector<float> importance = {0.1f, 0.9f, 0.2f, 0.8f, 0.0f, 0.5f, 0.7f};
+  const auto ranges = tree.RepackRanges(seg);
+  EXPECT_EQ(ranges, (std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 3}, {3, 7}}));
+  Segment predicted;
+  predicted.tokens = 7;
+  PackByImportance(ranges, importance, 2, &predicted);
+  const Segment& made = *tree.FindSegment(tree.Repack(seg, importance));
+  EXPECT_EQ(predicted.stored, made.stored);
+  EXPECT_EQ(predicted.num_chunks, made.num_chunks);
+  ASSERT_EQ(predicted.packs.size(), made.packs.size());
+  for (std::size_t i = 0; i < made.packs.size(); ++i) {
+    EXPECT_EQ(predicted.packs[i].begin, made.packs[i].begin);
+    EXPECT_EQ(predicted.packs[i].end, made.packs[i].end);
+    EXPECT_EQ(predicted.packs[i].first_chunk, made.packs[i].first_chunk);
+  }
+  // Pack [0, 3): 1, 2, 0 -> chunks 0, 0, 1; pack [3, 7) from chunk 2: 3, 6, 5, 4.
+  EXPECT_EQ(made.stored, (std::vector<std::uint32_t>{2, 0, 1, 3, 6, 5, 4}));
+  EXPECT_EQ(made.num_chunks, 4u);
+}
+
 }  // namespace
 }  // namespace kvtier
