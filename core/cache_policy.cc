@@ -1,7 +1,10 @@
 #include "core/cache_policy.h"
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 
+#include "core/check.h"
 #include "core/errors.h"
 #include "core/registry.h"
 
@@ -51,6 +54,31 @@ constexpr PolicyEntry kPolicies[] = {
 };
 
 }  // namespace
+
+bool InheritStats(std::span<const StatsShare> sources, ChunkStats* out) {
+  std::int64_t rows = 0;
+  bool any = false;
+  for (const StatsShare& s : sources) {
+    KVTIER_CHECK(s.rows >= 0, "InheritStats: negative rows");
+    rows += s.rows;
+    any |= s.stats != nullptr && s.rows > 0;
+  }
+  KVTIER_CHECK(rows > 0, "InheritStats: no rows");
+  if (!any) return false;
+  double frequency = 0, ratio = 0;
+  std::uint64_t last = 0;
+  for (const StatsShare& s : sources) {
+    if (s.stats == nullptr || s.rows == 0) continue;
+    const double w = double(s.rows) / double(rows);
+    frequency += w * double(s.stats->frequency);
+    ratio += w * s.stats->important_ratio;
+    last = std::max(last, s.stats->last_access);
+  }
+  out->frequency = std::uint64_t(std::llround(frequency));
+  out->important_ratio = std::clamp(ratio, 0.0, 1.0);
+  out->last_access = last;
+  return true;
+}
 
 std::unique_ptr<CachePolicy> NewLruPolicy() { return std::make_unique<LruPolicy>(); }
 std::unique_ptr<CachePolicy> NewLfuPolicy() { return std::make_unique<LfuPolicy>(); }

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +30,22 @@ struct ChunkStats {
   double important_ratio = 0;        // moving average of the fraction of rows used per access
   std::uint64_t last_access = 0;     // logical tick of the last access (1, 2, ...)
 };
+
+// The statistics a chunk made of rows of other chunks inherits: a repacked chunk (SPEC §IV-D1,
+// core/pipeline.cc) instead of restarting at zero. Each source chunk counts by the share of the
+// new chunk's rows it gave, w_s = rows_s / sum rows (a source without statistics -- never
+// accessed -- counts as frequency 0, ratio 0):
+//   frequency       = round(sum_s w_s frequency_s)     (lfu, and score's first factor)
+//   important_ratio = sum_s w_s important_ratio_s      (score's second factor)
+//   last_access     = max_s last_access_s              (lru: the rows were last used then)
+// so every policy ranks the new chunk as the rows it holds were ranked, pro rata. Returns false
+// (and leaves *out alone) when no source has statistics: the new chunk starts fresh, as its
+// sources would have. REQUIRES: every rows_s >= 0, and some rows_s > 0.
+struct StatsShare {
+  const ChunkStats* stats = nullptr;  // nullptr: the source was never accessed
+  std::int64_t rows = 0;
+};
+bool InheritStats(std::span<const StatsShare> sources, ChunkStats* out);
 
 class CachePolicy {
  public:

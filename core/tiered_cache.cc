@@ -668,6 +668,18 @@ bool TieredCache::Insert(ChunkId chunk, Bytes bytes, Tier tier, std::vector<Cach
   return placed;
 }
 
+void TieredCache::Inherit(ChunkId chunk, Bytes bytes, const ChunkStats& stats) {
+  KVTIER_CHECK(bytes > 0 && bytes <= kMaxChunkBytes, "Inherit of an empty or >= 4 GiB chunk");
+  KVTIER_CHECK(stats.last_access <= tick_, "Inherit: a last access this cache never handed out");
+  auto [r, is_new] = chunks_->FindOrCreate(chunk);
+  KVTIER_CHECK(is_new, "Inherit of a chunk the cache already knows");
+  r->bytes = std::uint32_t(bytes);
+  r->stats = stats;
+  r->accessed = true;
+  r->priority = policy_->Priority(stats);
+  AfterCall(r);
+}
+
 void TieredCache::Erase(ChunkId chunk, std::vector<CacheMove>* moves) {
   ChunkRecord* r = chunks_->Find(chunk);
   if (r == nullptr) return;

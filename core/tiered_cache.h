@@ -101,6 +101,14 @@ class TieredCache {
   // else stays. Does not record an access. REQUIRES: bytes > 0, tier != kSsd.
   bool Insert(ChunkId chunk, Bytes bytes, Tier tier, std::vector<CacheMove>* moves);
 
+  // Gives `chunk`, which the cache knows nothing of, the statistics `stats` (a repacked chunk's,
+  // inherited from the chunks its rows came from: InheritStats, core/cache_policy.h), as if it
+  // had been accessed with them: the policy ranks it by them (an Insert then places it with
+  // that priority) and its next Access continues from them. Places nothing.
+  // REQUIRES: bytes > 0; the chunk has no record (never accessed or inserted since its last
+  // Erase); stats.last_access is a tick this cache has handed out (<= its current tick).
+  void Inherit(ChunkId chunk, Bytes bytes, const ChunkStats& stats);
+
   // Removes `chunk` from the caches and forgets its statistics (its segment was repacked).
   // Appends a move to kSsd if it was cached.
   void Erase(ChunkId chunk, std::vector<CacheMove>* moves);

@@ -54,5 +54,35 @@ TEST(CachePolicyTest, PaperScoreExampleRanksChunk2AboveChunk1) {
   EXPECT_GT(lfu->Priority(chunk1), lfu->Priority(chunk2));
 }
 
+// A repacked chunk's statistics, by hand: 3 rows from a chunk of frequency 10, ratio 0.5, last
+// access 7; 1 row from one of frequency 2, ratio 0.25, last access 9; 4 rows from a chunk never
+// accessed. Weights 3/8, 1/8, 4/8: frequency 30/8 + 2/8 = 4, ratio 1.5/8 + 0.25/8 = 0.21875,
+// last access 9.
+TEST(InheritStatsTest, WeightedByTheRowsEachSourceGave) {
+  const ChunkStats a{10, 0.5, 7}, b{2, 0.25, 9};
+  const StatsShare shares[] = {{&a, 3}, {&b, 1}, {nullptr, 4}};
+  ChunkStats out;
+  ASSERT_TRUE(InheritStats(shares, &out));
+  EXPECT_EQ(out.frequency, 4u);
+  EXPECT_DOUBLE_EQ(out.important_ratio, 0.21875);
+  EXPECT_EQ(out.last_access, 9u);
+  // LFU and score then rank it as its rows were ranked, pro rata.
+  EXPECT_EQ(NewLfuPolicy()->Priority(out), 4.0);
+  EXPECT_DOUBLE_EQ(NewScorePolicy()->Priority(out), 4 * 0.21875);
+}
+
+TEST(InheritStatsTest, RoundsTheFrequencyAndNeedsASourceWithStatistics) {
+  const ChunkStats one{1, 1.0, 3}, two{2, 0.0, 5};
+  const StatsShare halves[] = {{&one, 2}, {&two, 2}};  // 1.5 rounds to 2
+  ChunkStats out;
+  ASSERT_TRUE(InheritStats(halves, &out));
+  EXPECT_EQ(out.frequency, 2u);
+  EXPECT_DOUBLE_EQ(out.important_ratio, 0.5);
+  const StatsShare none[] = {{nullptr, 3}, {&one, 0}};  // a source that gave no row counts not
+  out = ChunkStats{7, 0.7, 7};
+  EXPECT_FALSE(InheritStats(none, &out));
+  EXPECT_EQ(out.frequency, 7u) << "left alone";
+}
+
 }  // namespace
 }  // namespace kvtier

@@ -233,6 +233,31 @@ TEST(TieredCacheTest, EraseUncachesAndForgetsStatistics) {
   EXPECT_EQ(cache.Stats(C(1))->frequency, 1u);
 }
 
+// A chunk with inherited statistics competes with them (an Insert places it as a chunk of that
+// priority would be placed) and its accesses continue from them.
+TEST(TieredCacheTest, InheritedStatisticsRankAndContinue) {
+  TieredCache cache = MakeCache("lfu", 10, 10);
+  std::vector<CacheMove> moves;
+  for (int i = 0; i < 2; ++i) cache.Access(C(1), 10, 1.0, &moves);  // GPU, frequency 2
+  cache.Inherit(C(2), 10, ChunkStats{3, 0.5, 1});
+  EXPECT_EQ(cache.Where(C(2)), Tier::kSsd) << "Inherit places nothing";
+  ASSERT_NE(cache.Stats(C(2)), nullptr);
+  EXPECT_EQ(cache.Stats(C(2))->frequency, 3u);
+  moves.clear();
+  EXPECT_TRUE(cache.Insert(C(2), 10, Tier::kGpu, &moves));  // 3 beats 2: chunk 1 demoted
+  EXPECT_EQ(moves, (std::vector<CacheMove>{M(1, Tier::kGpu, Tier::kCpu, 10),
+                                           M(2, Tier::kSsd, Tier::kGpu, 10)}));
+  cache.Inherit(C(3), 10, ChunkStats{1, 0.5, 2});
+  moves.clear();
+  EXPECT_FALSE(cache.Insert(C(3), 10, Tier::kCpu, &moves)) << "1 does not beat chunk 1's 2";
+  EXPECT_TRUE(moves.empty());
+  // The next access: frequency 3 + 1, ratio 0.5 + 0.2 (1.0 - 0.5).
+  cache.Access(C(2), 10, 1.0, &moves);
+  EXPECT_EQ(cache.Stats(C(2))->frequency, 4u);
+  EXPECT_DOUBLE_EQ(cache.Stats(C(2))->important_ratio, 0.6);
+  cache.CheckInvariants();
+}
+
 // ---- SPEC §IV-D2, Fig. 14 -------------------------------------------------------------------
 // Key chunk 1 (application A) and key chunk 2 (application B) contend for a GPU cache of one
 // chunk; the CPU is large. Each chunk holds two keys; chunk 1 has one important key (50%),
