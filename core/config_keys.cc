@@ -105,11 +105,13 @@ constexpr KeySpec kKeys[] = {
     {"cake.chunk_tokens", K::kInt, "512", nullptr, "Cake's compute/load chunk, tokens"},
     {"reorder.enabled", K::kBool, "false", nullptr, "repack nodes by importance (SPEC IV-D1)"},
     {"reorder.interval", K::kDuration, "600s", nullptr, "time between repacking passes"},
-    {"reorder.min_accesses", K::kInt, "2", nullptr, "accesses before a node is worth repacking"},
+    {"reorder.min_accesses", K::kInt, "2", nullptr,
+     "reuses of a segment since its last repack before it may be repacked"},
     {"reorder.history_weight", K::kDouble, "0.8", nullptr, "weight of history in mean importance"},
-    {"reorder.min_gain", K::kDouble, "0.2", nullptr,
-     "repack a segment only if it saves this share of the chunks a layer is expected to touch "
-     "(tokens kept with their mean importance as probability)"},
+    {"reorder.min_gain", K::kDouble, "0", nullptr,
+     "also require this measured saving share (1 - packed/stored chunks the reuses' layers "
+     "touched, as trace stats' history packing) before a repack; 0: the break-even rule alone "
+     "decides (core/reorderer.h)"},
     {"cache.policy", K::kEnum, "lru", nullptr, "GPU/CPU cache ranking (core/cache_policy.h)",
      &CachePolicyChoices},
     {"transfer.strategy", K::kEnum, "staged_gather", nullptr,

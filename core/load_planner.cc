@@ -305,8 +305,10 @@ void LoadPlanner::Plan(int layer, KvKind kind, const Selection& sel, bool demand
   const bool detail = run_.options().chunk_detail;
   const TransferStrategy strategy = run_.system().transfer_strategy;
   const bool extent_reads = run_.system().ssd_read_unit == SsdReadUnit::kExtent;
+  const bool kv_demand = demand && kind != KvKind::kProbeKey;
   for (std::size_t s = 0; s < nslots; ++s) {
     if (count[s] == 0) continue;
+    run_.kv_chunks += kv_demand;
     const std::span<const std::uint16_t> r(rows_base + offset[s], count[s]);
     const auto& slot = slots_[s];
     const ChunkId id = ChunkId::Make(slot.segment, kind, std::uint32_t(layer), slot.chunk);

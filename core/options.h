@@ -61,7 +61,7 @@ struct SystemOptions {
   Seconds reorder_interval = 600;
   int reorder_min_accesses = 2;
   double reorder_history_weight = 0.8;
-  double reorder_min_gain = 0.2;     // share of expected touched chunks a repack must save
+  double reorder_min_gain = 0;       // measured saving share a repack must also reach
   std::string cache_policy = "lru";
   TransferStrategy transfer_strategy = TransferStrategy::kStagedGather;  // transfer.strategy
   SsdReadUnit ssd_read_unit = SsdReadUnit::kChunk;                 // transfer.ssd_read_unit

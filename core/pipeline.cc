@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <numeric>
@@ -15,6 +16,7 @@
 #include "core/request_run.h"
 #include "core/schedule.h"
 #include "core/selector.h"
+#include "core/transfer_strategy.h"
 
 namespace kvtier {
 
@@ -36,8 +38,18 @@ Pipeline::Pipeline(const ModelSpec& model, const PipelineOptions& options, Execu
   recompute_ = NewSchedule("recompute", model_, s, nullptr);
   cache_ = std::make_unique<TieredCache>(NewCachePolicy(s.cache_policy, "cache.policy"), s.cache);
   tree_ = std::make_unique<RadixTree>(1, s.chunk_tokens);
-  reorderer_ = std::make_unique<Reorderer>(s.reorder_history_weight, s.reorder_min_accesses,
-                                           s.chunk_tokens, s.reorder_min_gain);
+  ReordererOptions ro;
+  ro.history_weight = s.reorder_history_weight;
+  ro.min_accesses = s.reorder_min_accesses;
+  ro.chunk_tokens = s.chunk_tokens;
+  ro.min_gain = s.reorder_min_gain;
+  // A saved chunk of a kept set is one K and one V chunk a layer does not touch.
+  ro.saved_chunk_bytes =
+      Bytes(s.chunk_tokens) * (layout_.TokenBytes(KvKind::kKey) + layout_.TokenBytes(KvKind::kValue));
+  for (KvKind kind : layout_.kinds()) {
+    ro.written_bytes_per_token += Bytes(model_.layers) * layout_.TokenBytes(kind);
+  }
+  reorderer_ = std::make_unique<Reorderer>(ro);
   KVTIER_CHECK(options_.max_in_flight >= 1 && options_.max_in_flight <= TieredCache::kMaxHolders,
                "PipelineOptions::max_in_flight must be in [1, TieredCache::kMaxHolders]");
   if (s.decode.on()) {
@@ -106,6 +118,7 @@ void Pipeline::ObserveImportance(RequestRun& rs) {
   std::iota(heads.begin(), heads.end(), 0);
   std::vector<float> scores;
   std::fill(rs.kept_fraction.begin(), rs.kept_fraction.end(), 0.0f);
+  rs.kept_sets.clear();
   for (int l = 0; l < model_.layers; ++l) {
     scores_->Scores(rs.request(), l, rs.n, heads, &scores);
     Selection observed;
@@ -130,78 +143,288 @@ void Pipeline::MaybeReorder(RequestId request) {
   Request dummy;
   dummy.id = request;
   RequestRun rs(*this, dummy, /*warmup=*/false, /*holder=*/-1);  // submits background work
-  std::vector<CacheMove> moves;
-  for (std::uint32_t old_id : reorderer_->Due(*tree_)) {
+  const auto cost = [this](std::uint32_t id) { return RepackSsdBytes(id); };
+  for (std::uint32_t old_id : reorderer_->Due(*tree_, cost)) {
     // A request in flight reads this segment's chunks (and has them pinned): it stays due and
     // is repacked by a later pass.
     if (SegmentInUse(old_id)) continue;
-    const Segment* old = tree_->FindSegment(old_id);
-    const std::span<const KvKind> kinds = layout_.kinds();
-    TransferOp read = MakeTransfer(TransferKind::kSsdRead, Purpose::kReorder, request, -1);
-    // Chunks cached in GPU or CPU memory are repacked in place: the new chunk with the same
-    // (kind, layer, index) takes over the old one's tier (its access statistics start over).
-    struct Slot {
-      ChunkId old_id;
-      Tier tier;
-    };
-    std::vector<Slot> cached;
-    for (int l = 0; l < model_.layers; ++l) {
-      for (std::uint32_t c = 0; c < old->num_chunks; ++c) {
-        for (KvKind kind : kinds) {
-          const ChunkId id = ChunkId::Make(old_id, kind, l, c);
-          const Bytes b = layout_.ChunkBytes(*old, c, kind);
-          read.bytes += b;
-          ++read.ios;
-          if (options_.chunk_detail) read.chunks.push_back({id, b, {}, {}});
-          const Tier tier = cache_->Where(id);
-          if (tier == Tier::kSsd) continue;
-          cached.push_back({id, tier});
+    RepackSegment(rs, request, old_id);
+  }
+}
+
+double Pipeline::RepackSsdBytes(std::uint32_t id) const {
+  const Segment* seg = tree_->FindSegment(id);
+  KVTIER_CHECK(seg != nullptr, "RepackSsdBytes: unknown segment");
+  double bytes = 0;
+  for (int l = 0; l < model_.layers; ++l) {
+    for (std::uint32_t c = 0; c < seg->num_chunks; ++c) {
+      for (KvKind kind : layout_.kinds()) {
+        // Written back repacked (the same tokens: the same bytes), read if no cache holds it.
+        const double b = double(layout_.ChunkBytes(*seg, c, kind));
+        bytes += b;
+        if (cache_->Where(ChunkId::Make(id, kind, std::uint32_t(l), c)) == Tier::kSsd) bytes += b;
+      }
+    }
+  }
+  return bytes;
+}
+
+// A repack (SPEC §IV-D1) of segment old_id, as background work:
+//   1. the old chunks: those no cache holds are read from the SSD; those the GPU holds are
+//      copied to host memory (one DMA each, as demotions); those the CPU holds are there;
+//      every old chunk leaves the caches, its statistics kept for step 3;
+//   2. the tree replaces the segment by its repacked copy (RadixTree::Repack);
+//   3. every new chunk inherits the cache statistics of the old chunks its rows come from
+//      (InheritStats, core/cache_policy.h: weighted by rows), and the new chunks of each
+//      (layer, kind) take over the GPU and then the CPU room the old ones held, most likely
+//      touched first (1 - prod(1 - p) over their tokens' mean importance p), as far as it goes;
+//   4. a CPU gather lays the rows out in the new order (one memcpy per run of rows that were
+//      consecutive in one old chunk); the new chunks placed in the GPU are copied there as the
+//      transfer strategy moves whole chunks from host memory (core/transfer_strategy.h:
+//      staged_gather's gather is the assembly gather of those chunks, its H2D one DMA per
+//      kind); the whole repacked segment is written to the SSD.
+// So a segment the caches hold is repacked without reading the SSD, and its chunks keep their
+// standing in the caches instead of restarting at zero. Executors charge (sim) or issue (hw)
+// exactly these ops; chunk lists name the old chunks read, copied and gathered from (a gather
+// lists one entry per run, in the new order) and the new chunks copied and written.
+void Pipeline::RepackSegment(RequestRun& rs, RequestId request, std::uint32_t old_id) {
+  const SystemOptions& sys = options_.system;
+  const int ct = sys.chunk_tokens;
+  const bool detail = options_.chunk_detail;
+  const std::span<const KvKind> kinds = layout_.kinds();
+  const std::size_t nk = kinds.size();
+  const std::size_t layers = std::size_t(model_.layers);
+  const Segment old = *tree_->FindSegment(old_id);  // a copy: Repack drops the segment
+  const std::uint32_t old_chunks = old.num_chunks;
+  const Reorderer::Evidence evidence = reorderer_->EvidenceOf(old_id);
+  const double cost = RepackSsdBytes(old_id);
+
+  // 1. The old chunks, before they leave the caches.
+  struct OldChunk {
+    bool has_stats = false;
+    ChunkStats stats;
+  };
+  std::vector<OldChunk> olds(layers * nk * old_chunks);
+  std::vector<Bytes> gpu_room(layers * nk, 0), cpu_room(layers * nk, 0);
+  TransferOp read = MakeTransfer(TransferKind::kSsdRead, Purpose::kReorder, request, -1);
+  TransferOp d2h = MakeTransfer(TransferKind::kD2H, Purpose::kReorder, request, -1);
+  std::vector<CacheMove> moves;
+  for (std::size_t l = 0; l < layers; ++l) {
+    for (std::uint32_t c = 0; c < old_chunks; ++c) {
+      for (std::size_t k = 0; k < nk; ++k) {
+        const ChunkId id = ChunkId::Make(old_id, kinds[k], std::uint32_t(l), c);
+        const Bytes b = layout_.ChunkBytes(old, c, kinds[k]);
+        OldChunk& o = olds[(l * nk + k) * old_chunks + c];
+        if (const ChunkStats* st = cache_->Stats(id)) {
+          o.has_stats = true;
+          o.stats = *st;
+        }
+        switch (cache_->Where(id)) {
+          case Tier::kSsd:
+            read.bytes += b;
+            ++read.ios;
+            if (detail) read.chunks.push_back({id, b, {}, {}});
+            ++totals_.repack_chunks_from_ssd;
+            break;
+          case Tier::kGpu:
+            d2h.bytes += b;
+            ++d2h.ios;
+            if (detail) d2h.chunks.push_back({id, b, {}, {}});
+            gpu_room[l * nk + k] += b;
+            ++totals_.repack_chunks_from_memory;
+            break;
+          case Tier::kCpu:
+            cpu_room[l * nk + k] += b;
+            ++totals_.repack_chunks_from_memory;
+            break;
+        }
+        moves.clear();
+        cache_->Erase(id, &moves);
+        for (const CacheMove& m : moves) executor_->OnEvicted(m.from, m.chunk);
+      }
+    }
+  }
+
+  // 2. The repacked segment.
+  const std::span<const float> mean = reorderer_->MeanImportance(old_id);
+  const std::vector<float> importance(mean.begin(), mean.end());
+  const std::uint32_t new_id = tree_->Repack(old_id, importance);
+  ++tree_version_;
+  reorderer_->Repacked(old_id, new_id);
+  ++totals_.repacked_segments;
+  const Segment& seg = *tree_->FindSegment(new_id);
+  const std::uint32_t new_chunks = seg.num_chunks;
+
+  // Where each stored row of the new layout comes from, and the runs: maximal sequences of new
+  // rows taken from consecutive rows of one old chunk (one memcpy each). The layout is the same
+  // in every (layer, kind).
+  struct Run {
+    std::uint32_t from;  // old chunk
+    std::uint16_t row;   // its first row there
+    std::uint16_t rows;
+  };
+  std::vector<std::uint32_t> src_chunk(std::size_t(new_chunks) * std::size_t(ct), ~0u);
+  std::vector<std::uint16_t> src_row(src_chunk.size(), 0);
+  std::vector<double> miss(new_chunks, 1.0);  // per new chunk: prod (1 - p) of its tokens
+  for (std::int64_t o = 0; o < seg.tokens; ++o) {
+    const std::uint32_t c = seg.ChunkOf(o, ct);
+    const std::size_t pos = std::size_t(c) * std::size_t(ct) + seg.RowOf(o, ct);
+    src_chunk[pos] = old.ChunkOf(o, ct);
+    src_row[pos] = old.RowOf(o, ct);
+    miss[c] *= 1.0 - std::clamp(double(importance[std::size_t(o)]), 0.0, 1.0);
+  }
+  std::vector<Run> runs;
+  std::vector<std::uint32_t> run_begin(new_chunks + 1, 0);
+  // Per new chunk, the rows each old chunk gave (for the statistics it inherits).
+  std::vector<std::vector<std::pair<std::uint32_t, std::int64_t>>> given(new_chunks);
+  for (std::uint32_t c = 0; c < new_chunks; ++c) {
+    run_begin[c] = std::uint32_t(runs.size());
+    const int rows = seg.TokensInChunk(c, ct);
+    for (int r = 0; r < rows; ++r) {
+      const std::size_t pos = std::size_t(c) * std::size_t(ct) + std::size_t(r);
+      const std::uint32_t from = src_chunk[pos];
+      KVTIER_DCHECK(from != ~0u, "a repacked row with no source");
+      if (!runs.empty() && r > 0 && runs.back().from == from &&
+          runs.back().row + runs.back().rows == src_row[pos]) {
+        ++runs.back().rows;
+      } else {
+        runs.push_back({from, src_row[pos], 1});
+      }
+      auto g = std::find_if(given[c].begin(), given[c].end(),
+                            [&](const auto& e) { return e.first == from; });
+      if (g == given[c].end()) {
+        given[c].emplace_back(from, 1);
+      } else {
+        ++g->second;
+      }
+    }
+  }
+  run_begin[new_chunks] = std::uint32_t(runs.size());
+  // Placement order: most likely touched by a layer first, then by index.
+  std::vector<std::uint32_t> order(new_chunks);
+  std::iota(order.begin(), order.end(), 0u);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::uint32_t a, std::uint32_t b) { return miss[a] < miss[b]; });
+
+  // 3. Statistics and placement of the new chunks.
+  std::vector<std::uint8_t> on_gpu(layers * nk * new_chunks, 0);
+  std::vector<StatsShare> shares;
+  for (std::size_t l = 0; l < layers; ++l) {
+    for (std::size_t k = 0; k < nk; ++k) {
+      for (std::uint32_t c = 0; c < new_chunks; ++c) {
+        shares.clear();
+        for (const auto& [from, rows] : given[c]) {
+          const OldChunk& o = olds[(l * nk + k) * old_chunks + from];
+          shares.push_back({o.has_stats ? &o.stats : nullptr, rows});
+        }
+        ChunkStats inherited;
+        if (InheritStats(shares, &inherited)) {
+          cache_->Inherit(ChunkId::Make(new_id, kinds[k], std::uint32_t(l), c),
+                          layout_.ChunkBytes(seg, c, kinds[k]), inherited);
+        }
+      }
+      Bytes room[2] = {gpu_room[l * nk + k], cpu_room[l * nk + k]};
+      for (std::uint32_t c : order) {
+        const ChunkId id = ChunkId::Make(new_id, kinds[k], std::uint32_t(l), c);
+        const Bytes b = layout_.ChunkBytes(seg, c, kinds[k]);
+        for (int t = 0; t < 2; ++t) {
+          const Tier tier = t == 0 ? Tier::kGpu : Tier::kCpu;
+          // Only into room the old chunks left (and that is free): nothing else is evicted.
+          if (b > room[t] || cache_->used(tier) + b > cache_->capacity(tier)) continue;
           moves.clear();
-          cache_->Erase(id, &moves);
-          for (const CacheMove& m : moves) executor_->OnEvicted(m.from, m.chunk);
+          const bool placed = cache_->Insert(id, b, tier, &moves);
+          KVTIER_DCHECK(placed && moves.size() == 1, "a repacked chunk placed into free room");
+          if (!placed) continue;
+          executor_->OnResident(tier, id);
+          room[t] -= b;
+          if (tier == Tier::kGpu) on_gpu[(l * nk + k) * new_chunks + c] = 1;
+          break;
         }
       }
     }
-    std::vector<float> importance(reorderer_->MeanImportance(old_id).begin(),
-                                  reorderer_->MeanImportance(old_id).end());
-    const std::uint32_t new_id = tree_->Repack(old_id, importance);
-    ++tree_version_;
-    const Segment* repacked = tree_->FindSegment(new_id);
-    for (const Slot& slot : cached) {
-      const std::uint32_t c = slot.old_id.index();
-      if (c >= repacked->num_chunks) continue;
-      const ChunkId id = ChunkId::Make(new_id, slot.old_id.kind(), slot.old_id.layer(), c);
-      moves.clear();
-      const Bytes bytes = layout_.ChunkBytes(*repacked, c, slot.old_id.kind());
-      if (cache_->Insert(id, bytes, slot.tier, &moves)) {
-        executor_->OnResident(slot.tier, id);
-      }
-      for (const CacheMove& m : moves) {
-        if (m.chunk != id && m.from != Tier::kSsd) executor_->OnEvicted(m.from, m.chunk);
-      }
-    }
-    reorderer_->Repacked(old_id, new_id);
-    ++totals_.repacked_segments;
-    // Background: read the old chunks, write the repacked ones (their ids name the new segment,
-    // so executors that store real bytes keep the chunk store consistent with the tree).
-    TransferOp write = MakeTransfer(TransferKind::kSsdWrite, Purpose::kReorder, request, -1);
-    for (int l = 0; l < model_.layers; ++l) {
-      for (std::uint32_t c = 0; c < repacked->num_chunks; ++c) {
-        for (KvKind kind : kinds) {
-          const Bytes b = layout_.ChunkBytes(*repacked, c, kind);
-          write.bytes += b;
-          ++write.ios;
-          if (options_.chunk_detail) {
-            write.chunks.push_back({ChunkId::Make(new_id, kind, l, c), b, {}, {}});
+  }
+
+  // 4. The ops: the gathers into the new layout (under staged_gather, the chunks bound for the
+  // GPU in a gather of their own, which their staged H2D copies), the H2D, the SSD write.
+  const TransferStrategy strategy = sys.transfer_strategy;
+  const bool staged = strategy == TransferStrategy::kStagedGather;
+  TransferOp gather_gpu = MakeTransfer(TransferKind::kCpuGather, Purpose::kReorder, request, -1);
+  TransferOp gather_rest = MakeTransfer(TransferKind::kCpuGather, Purpose::kReorder, request, -1);
+  TransferOp write = MakeTransfer(TransferKind::kSsdWrite, Purpose::kReorder, request, -1);
+  RowOps to_gpu;
+  for (std::size_t l = 0; l < layers; ++l) {
+    for (std::uint32_t c = 0; c < new_chunks; ++c) {
+      for (std::size_t k = 0; k < nk; ++k) {
+        const KvKind kind = kinds[k];
+        const ChunkId id = ChunkId::Make(new_id, kind, std::uint32_t(l), c);
+        const Bytes b = layout_.ChunkBytes(seg, c, kind);
+        const bool gpu = on_gpu[(l * nk + k) * new_chunks + c] != 0;
+        TransferOp& gather = staged && gpu ? gather_gpu : gather_rest;
+        gather.bytes += b;
+        gather.ios += run_begin[c + 1] - run_begin[c];
+        if (detail) {
+          for (std::uint32_t i = run_begin[c]; i < run_begin[c + 1]; ++i) {
+            const Run& run = runs[i];
+            std::vector<std::uint16_t> rows(run.rows);
+            std::iota(rows.begin(), rows.end(), run.row);
+            gather.chunks.push_back({ChunkId::Make(old_id, kind, std::uint32_t(l), run.from),
+                                     Bytes(run.rows) * layout_.TokenBytes(kind), std::move(rows),
+                                     {}});
           }
         }
+        if (gpu) AddRows(strategy, {id, kind, {}, 1, b, b, true}, detail, &to_gpu);
+        write.bytes += b;
+        ++write.ios;
+        if (detail) write.chunks.push_back({id, b, {}, {}});
       }
     }
-    OpId r = rs.SubmitTransfer(std::move(read), {}, true);
-    rs.SubmitTransfer(std::move(write), {r}, true);
-    log_->LogDecision({request, -1, "reorder", 0,
-                       "segment " + std::to_string(old_id) + " -> " + std::to_string(new_id),
-                       /*timing_dependent=*/true});
+  }
+  const OpId r = read.bytes > 0 ? rs.SubmitTransfer(std::move(read), {}, true) : kNoOp;
+  const OpId d = d2h.bytes > 0 ? rs.SubmitTransfer(std::move(d2h), {}, true) : kNoOp;
+  // The copy to the GPU follows the gather that laid its chunks out: under staged_gather the
+  // gather of the GPU-bound chunks (it is the strategy's gather, not a second one), else the
+  // one gather of every new chunk.
+  auto copy_to_gpu = [&](OpId after) {
+    FinishOps(strategy, &to_gpu);
+    TransferOp h2d = std::move(to_gpu.h2d);
+    h2d.kind = TransferKind::kH2D;
+    h2d.purpose = Purpose::kReorder;
+    h2d.request = request;
+    h2d.layer = -1;
+    rs.SubmitTransfer(std::move(h2d), {after}, true);
+  };
+  const OpId g_gpu =
+      gather_gpu.bytes > 0 ? rs.SubmitTransfer(std::move(gather_gpu), {r, d}, true) : kNoOp;
+  if (staged && !to_gpu.empty()) copy_to_gpu(g_gpu);
+  const OpId g_rest =
+      gather_rest.bytes > 0 ? rs.SubmitTransfer(std::move(gather_rest), {r, d}, true) : kNoOp;
+  if (!staged && !to_gpu.empty()) copy_to_gpu(g_rest);
+  rs.SubmitTransfer(std::move(write), {g_gpu, g_rest}, true);
+  // Why: the evidence (reuses measured, chunks their layers touched stored and packed) against
+  // the repack's SSD bytes, and what the repack took from memory.
+  char why[160];
+  std::snprintf(why, sizeof why, ": %lld reuses, %.0f -> %.0f chunks (saving %.4f), %.0f B",
+                (long long)evidence.reuses, evidence.stored_chunks, evidence.packed_chunks,
+                evidence.Saving(), cost);
+  log_->LogDecision({request, -1, "reorder", 0,
+                     "segment " + std::to_string(old_id) + " -> " + std::to_string(new_id) + why,
+                     /*timing_dependent=*/true});
+}
+
+void Pipeline::RecordEvidence(const RequestRun& rs) {
+  // The pieces of each segment the request reused (a segment can serve several nodes in a row).
+  std::vector<std::uint32_t> segments;
+  for (const MatchPiece& piece : rs.match.pieces) segments.push_back(piece.segment);
+  std::sort(segments.begin(), segments.end());
+  segments.erase(std::unique(segments.begin(), segments.end()), segments.end());
+  std::vector<Reorderer::Piece> pieces;
+  for (std::uint32_t id : segments) {
+    if (tree_->FindSegment(id) == nullptr) continue;
+    pieces.clear();
+    for (const MatchPiece& p : rs.match.pieces) {
+      if (p.segment == id) pieces.push_back({p.prefix_begin, p.prefix_end, p.segment_begin});
+    }
+    reorderer_->RecordEvidence(*tree_, id, pieces, rs.kept_sets);
   }
 }
 
@@ -352,6 +575,7 @@ Status Pipeline::Run(const Request& request, bool warmup) {
     // observed is recorded instead.
     if ((sys.reorder || selector_info_->history) && rs.n > 0) {
       if (selector_info_->history) ObserveImportance(rs);
+      if (sys.reorder) RecordEvidence(rs);  // packed by the history before this request's
       const float inv = 1.0f / float(model_.layers);
       for (auto& f : rs.kept_fraction) f *= inv;
       for (const MatchPiece& piece : rs.match.pieces) {
@@ -441,6 +665,8 @@ Status Pipeline::Run(const Request& request, bool warmup) {
     totals_.itf_fallback_layers += rs.rec.itf_fallback_layers;
     totals_.ssd_read_bytes += rs.rec.ssd_read_bytes;
     totals_.pcie_h2d_bytes += rs.rec.pcie_h2d_bytes;
+    totals_.kv_chunks += rs.kv_chunks;
+    if (rs.n > 0) totals_.kv_layers += model_.layers;
     for (const LayerRecord& lr : rs.layers) {
       totals_.prefetched_chunks += lr.prefetched_chunks;
       totals_.prefetch_used_chunks += lr.prefetch_used_chunks;
@@ -509,6 +735,12 @@ Status Pipeline::Finish() {
   log_->LogMetric("pcie_h2d_bytes", double(t.pcie_h2d_bytes));
   log_->LogMetric("reorder_passes", double(t.reorder_passes));
   log_->LogMetric("repacked_segments", double(t.repacked_segments));
+  log_->LogMetric("kv_chunks_per_layer",
+                  t.kv_layers > 0 ? double(t.kv_chunks) / double(t.kv_layers) : 0);
+  if (options_.system.reorder) {
+    log_->LogMetric("repack_chunks_from_memory", double(t.repack_chunks_from_memory));
+    log_->LogMetric("repack_chunks_from_ssd", double(t.repack_chunks_from_ssd));
+  }
   log_->Flush();
   Status failure = std::move(background_error_);
   background_error_ = Status::OK();

@@ -20,8 +20,10 @@
 //       (background);
 //   the importance history: the share of layers that kept each reused token (a history
 //       selector's request records what its attention observed instead), for the reorderer;
-//   reorder.enabled: every reorder.interval, repack the segments whose importance order
-//       changed (background SSD reads + writes);
+//   reorder.enabled: every reorder.interval, repack the segments whose repack has paid for
+//       itself by the reorderer's evidence (core/reorderer.h), from the copies GPU and CPU
+//       memory hold where they hold one (background: SSD reads of the rest, copies, a CPU
+//       gather into the new layout, the SSD write);
 //   retire, check and log every op of the request;
 //   with decode.policy (core/decode_engine.h): join the decode batch, whose steps the serving
 //       loop (ServeWithDecode, below) runs between prefills.
@@ -107,6 +109,15 @@ struct PipelineTotals {
   std::int64_t prefetch_used_chunks = 0;
   std::int64_t reorder_passes = 0;
   std::int64_t repacked_segments = 0;
+  // Old chunks repacks took from GPU or CPU memory, and those they read from the SSD (all
+  // requests: repacks are background work).
+  std::int64_t repack_chunks_from_memory = 0;
+  std::int64_t repack_chunks_from_ssd = 0;
+  // K and V chunks the demand loads touched (RequestRun::kv_chunks), and the layers of the
+  // requests that reused something: kv_chunks / kv_layers is SPEC Fig. 20's loaded chunks per
+  // layer.
+  std::int64_t kv_chunks = 0;
+  std::int64_t kv_layers = 0;
   Bytes ssd_read_bytes = 0;
   Bytes pcie_h2d_bytes = 0;
 };
@@ -163,6 +174,12 @@ class Pipeline {
   void StoreNewPrefix(RequestRun& rs, OpId after);
   void ObserveImportance(RequestRun& rs);
   void MaybeReorder(RequestId request);
+  // What repacking segment `id` would move over the SSD now (the reorderer's repack cost).
+  double RepackSsdBytes(std::uint32_t id) const;
+  // Repacks segment `old_id` (see MaybeReorder), submitting its background ops through `rs`.
+  void RepackSegment(RequestRun& rs, RequestId request, std::uint32_t old_id);
+  // The reorderer's evidence of request `rs` (before its history is recorded).
+  void RecordEvidence(const RequestRun& rs);
   // True if an in-flight request reads segment `id` (its match references it).
   bool SegmentInUse(std::uint32_t id) const;
   void RetireBackground(bool wait_all);

@@ -2,17 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
-#include <numeric>
 
 #include "core/check.h"
 #include "core/radix_tree.h"
 
 namespace kvtier {
 
-Reorderer::Reorderer(double history_weight, int min_accesses, int chunk_tokens, double min_gain)
-    : history_weight_(history_weight), min_accesses_(min_accesses), chunk_tokens_(chunk_tokens),
-      min_gain_(min_gain) {}
+Reorderer::Reorderer(const ReordererOptions& options) : options_(options) {
+  KVTIER_CHECK(options_.chunk_tokens >= 1, "Reorderer: chunk_tokens >= 1");
+}
 
 void Reorderer::Record(std::uint32_t segment, std::int64_t segment_tokens, std::int64_t offset,
                        std::span<const float> importance) {
@@ -23,7 +21,7 @@ void Reorderer::Record(std::uint32_t segment, std::int64_t segment_tokens, std::
   }
   KVTIER_DCHECK(offset + std::int64_t(importance.size()) <= segment_tokens,
                 "reorderer: access past the segment end");
-  const float w = static_cast<float>(history_weight_);
+  const float w = static_cast<float>(options_.history_weight);
   for (std::size_t i = 0; i < importance.size(); ++i) {
     std::size_t o = static_cast<std::size_t>(offset) + i;
     s.mean[o] = s.seen[o] ? w * s.mean[o] + (1 - w) * importance[i] : importance[i];
@@ -32,50 +30,92 @@ void Reorderer::Record(std::uint32_t segment, std::int64_t segment_tokens, std::
   ++s.accesses;
 }
 
-// Whether a repack pays is judged by the chunks one layer's selection is expected to touch,
-// taking each token's mean importance (the share of layers that kept it, averaged over reuses)
-// as the chance that a layer keeps it, tokens independently:
-//   E = sum over chunks of 1 - prod over the chunk's tokens of (1 - p_t),
-// in the stored layout (now) against a repack (each node range's tokens sorted by p, packed from
-// its first chunk). A segment is due when the repack saves at least min_gain of E.
-// This replaced a count of the chunks that the top `retention` share of tokens by mean touch:
-// importance drifts from query to query, a few of the top tokens always fall outside the packed
-// front, and each one counted a whole chunk, so hot segments were rewritten at nearly every
-// pass (13 of 22 repacked segments in all 12 passes of a 1000-request OPT-13B run, 671 GB of
-// repack I/O against 962 GB of demand reads). In expectation, a token that is kept by a layer
-// now and then adds a fraction of a chunk, and a layout packed for last pass's means stays
-// within min_gain of one packed for this pass's.
-std::vector<std::uint32_t> Reorderer::Due(const RadixTree& tree) const {
-  std::vector<std::uint32_t> due;
-  std::vector<double> miss;  // per stored chunk: prod (1 - p) of its tokens
-  std::vector<double> p;
-  for (const auto& [id, s] : stats_) {
-    if (s.accesses < min_accesses_) continue;
-    const Segment* seg = tree.FindSegment(id);
-    if (seg == nullptr) continue;
-    miss.assign(seg->num_chunks, 1.0);
-    double packed = 0;
-    for (const auto& [begin, end] : tree.NodeRanges(id)) {
-      p.clear();
-      for (std::int64_t t = begin; t < end; ++t) {
-        const double pt = std::clamp(double(s.mean[static_cast<std::size_t>(t)]), 0.0, 1.0);
-        miss[seg->ChunkOf(t, chunk_tokens_)] *= 1.0 - pt;
-        p.push_back(pt);
-      }
-      std::stable_sort(p.begin(), p.end(), std::greater<>());
-      for (std::size_t g = 0; g < p.size(); g += std::size_t(chunk_tokens_)) {
-        double m = 1.0;
-        for (std::size_t i = g; i < std::min(p.size(), g + std::size_t(chunk_tokens_)); ++i) {
-          m *= 1.0 - p[i];
-        }
-        packed += 1.0 - m;
+// The evidence, measured as `trace stats` measures its history-based packing saving
+// (traces/importance_stats.cc, StructureResult): per layer, the chunks the kept set touches in
+// the stored layout and in the packed one, counted over the same reuses and layers. The packed
+// layout is the one RadixTree::Repack would make now (PackByImportance over the segment's
+// current node ranges, by the history before this reuse), so the evidence says what the repack
+// the reorderer would actually make would have saved, node boundaries and partial chunks
+// included. This replaced an estimate from the history alone (each token kept independently,
+// with its mean as probability: E = sum over chunks of 1 - prod(1 - p)), which, with
+// `reorder.min_gain` 0.2, never fired on the workloads of docs/paper-comparison.md: tokens a
+// layer keeps are not independent (neighbours share importance, and a layer that keeps a
+// token keeps its chunk-mates more often), so it understated what packing saves.
+void Reorderer::RecordEvidence(const RadixTree& tree, std::uint32_t id,
+                               std::span<const Piece> pieces,
+                               std::span<const TokenSet> layer_sets) {
+  auto it = stats_.find(id);
+  if (it == stats_.end() || it->second.mean.empty()) return;  // no history to pack by yet
+  Stats& s = it->second;
+  const Segment* seg = tree.FindSegment(id);
+  KVTIER_CHECK(seg != nullptr, "Reorderer::RecordEvidence: unknown segment");
+  KVTIER_CHECK(std::int64_t(s.mean.size()) == seg->tokens,
+               "Reorderer::RecordEvidence: history and segment disagree on its length");
+  const int ct = options_.chunk_tokens;
+  thread_local Segment packed;
+  packed.tokens = seg->tokens;
+  PackByImportance(tree.RepackRanges(id), s.mean, ct, &packed);
+  // Per original offset: its chunk now and after the repack (arrays, not Segment::ChunkOf per
+  // kept token: that searched the packs ~10^5 times per request of a 5K-token prefix).
+  thread_local std::vector<std::uint32_t> chunk_now, chunk_packed;
+  auto chunks_of = [ct](const Segment& g, std::vector<std::uint32_t>* out) {
+    out->resize(static_cast<std::size_t>(g.tokens));
+    for (const Segment::Pack& pack : g.packs) {
+      for (std::int64_t o = pack.begin; o < pack.end; ++o) {
+        (*out)[std::size_t(o)] =
+            pack.first_chunk + std::uint32_t((g.StoredPosition(o) - pack.begin) / ct);
       }
     }
-    double now = 0;
-    for (double m : miss) now += 1.0 - m;
-    if (now <= 0) continue;
-    const double gain = 1.0 - packed / now;
-    if (gain > 1e-9 && gain >= min_gain_) due.push_back(id);
+  };
+  chunks_of(*seg, &chunk_now);
+  chunks_of(packed, &chunk_packed);
+  thread_local std::vector<std::uint32_t> stamp_now, stamp_packed;
+  stamp_now.assign(seg->num_chunks, 0);
+  stamp_packed.assign(packed.num_chunks, 0);
+  std::uint32_t stamp = 0;
+  std::int64_t stored = 0, packed_count = 0;
+  for (const TokenSet& set : layer_sets) {
+    ++stamp;
+    for (const Piece& p : pieces) {
+      auto b = std::lower_bound(set.begin(), set.end(), p.prefix_begin);
+      auto e = std::lower_bound(b, set.end(), p.prefix_end);
+      for (auto t = b; t != e; ++t) {
+        const std::size_t offset =
+            std::size_t(p.segment_begin + (std::int64_t(*t) - p.prefix_begin));
+        const std::uint32_t now = chunk_now[offset], after = chunk_packed[offset];
+        stored += stamp_now[now] != stamp;
+        stamp_now[now] = stamp;
+        packed_count += stamp_packed[after] != stamp;
+        stamp_packed[after] = stamp;
+      }
+    }
+  }
+  ++s.reuses;
+  s.stored_chunks += double(stored);
+  s.packed_chunks += double(packed_count);
+}
+
+// Rent or buy (see the header): due once the chunks the reuses since the last repack touched
+// beyond the packed layout's, in bytes, reach what the repack moves over the SSD now. In
+// chunks-per-reuse terms a segment is repacked after about
+//   repack bytes / (saved chunks per reuse * saved_chunk_bytes)
+// reuses, plus the wait for the next pass: on the reordering benchmark (bench/sim/
+// reorder_bench.sh: OPT-13B few-shot prompts of 2-10K tokens, importance fitted to the PIQA
+// recording, savings of 16-20% on ITF's sets) segments were repacked after 6 to 15 measured
+// reuses (docs/paper-comparison.md, "Reordering that pays").
+std::vector<std::uint32_t> Reorderer::Due(
+    const RadixTree& tree, const std::function<double(std::uint32_t)>& repack_bytes) const {
+  std::vector<std::uint32_t> due;
+  for (const auto& [id, s] : stats_) {
+    if (s.accesses < options_.min_accesses || s.reuses == 0) continue;
+    if (tree.FindSegment(id) == nullptr) continue;
+    const double saved = s.stored_chunks - s.packed_chunks;
+    if (!(saved > 0)) continue;
+    if (1.0 - s.packed_chunks / s.stored_chunks < options_.min_gain) continue;
+    const double saved_bytes = saved * double(options_.saved_chunk_bytes);
+    // The writes alone (no cache lookups) first: most segments are far from due.
+    if (saved_bytes < double(s.mean.size()) * double(options_.written_bytes_per_token)) continue;
+    if (saved_bytes >= repack_bytes(id)) due.push_back(id);
   }
   std::sort(due.begin(), due.end());
   return due;
@@ -87,12 +127,21 @@ std::span<const float> Reorderer::MeanImportance(std::uint32_t segment) const {
   return it->second.mean;
 }
 
+Reorderer::Evidence Reorderer::EvidenceOf(std::uint32_t segment) const {
+  auto it = stats_.find(segment);
+  if (it == stats_.end()) return {};
+  const Stats& s = it->second;
+  return {s.accesses, s.reuses, s.stored_chunks, s.packed_chunks};
+}
+
 void Reorderer::Repacked(std::uint32_t old_id, std::uint32_t new_id) {
   auto it = stats_.find(old_id);
   if (it == stats_.end()) return;
   Stats s = std::move(it->second);
   stats_.erase(it);
   s.accesses = 0;
+  s.reuses = 0;
+  s.stored_chunks = s.packed_chunks = 0;
   stats_[new_id] = std::move(s);
 }
 

@@ -1,43 +1,102 @@
 #pragma once
-// Reorderer: the bookkeeping behind KV reordering (SPEC §IV-D1). It keeps, per stored token,
-// a moving average of how important the token was when it was reused (the fraction of layers
-// whose selection kept it), and says which segments are worth repacking: accessed at least
-// `min_accesses` times since their last repack, and with an importance order that differs from
-// their stored order. The Pipeline runs a pass every `interval` of executor time, repacks the
-// due segments through RadixTree::Repack, and pays for it with background SSD reads and
-// writes submitted to the Executor. A segment is only worth rewriting if repacking makes its
-// important tokens denser: Due() estimates the chunks one layer's selection is expected to touch
-// (each token kept with the probability its mean importance says) now and after a repack, and
-// proposes the segment when the repack saves at least `min_gain` of them. Pure bookkeeping: no
-// I/O, no clock. Not thread-safe.
+// Reorderer: the bookkeeping behind KV reordering (SPEC §IV-D1). The Pipeline tells it, after
+// every request, what the request kept of each stored segment it reused; it keeps two things per
+// segment, and says which segments are worth repacking.
+//
+//   history  a moving average per stored token of how important the token was when it was
+//            reused (the share of layers whose selection kept it): m <- w m + (1 - w) x. A
+//            repack orders each node range's tokens by it (RadixTree::Repack); history selectors
+//            choose from it (core/selectors/history.cc).
+//   evidence what packing by that history would have saved, measured the way `trace stats`
+//            measures its history-based packing saving (traces/importance_stats.h): for every
+//            reuse that had a history, and every layer, the chunks the layer's kept set touches
+//            in the stored layout (S) and in the layout a repack by the history *before* the
+//            reuse would make (P). Out of sample, as `trace stats` packs a request by the other
+//            requests' importance: a history that only fits its own past earns nothing.
+//            saving = 1 - sum P / sum S, the statistic `trace stats` reports.
+//
+// The repack decision (Due) is rent-or-buy: a repack is a one-time cost (the bytes it moves over
+// the SSD: the reads of chunks no cache holds, the writes of the repacked segment), each reuse
+// with the old layout pays a rent (the chunks its layers touch beyond what the packed layout
+// would). A segment is due once the rent already paid since its last repack -- (sum S - sum P)
+// chunks, each worth `saved_chunk_bytes` -- reaches the repack's cost: the break-even rule, which
+// never pays more than twice what an oracle knowing the segment's future reuses would (the
+// rent-or-buy bound), and needs no threshold to tune. `min_gain` optionally also requires the
+// saving share; `min_accesses` reuses since the last repack are always required. After a repack
+// the evidence starts over against the new layout, so a segment is repacked again only when the
+// history has drifted enough for another repack to pay for itself.
+//
+// Pure bookkeeping: no I/O, no clock, no cache. Not thread-safe.
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <unordered_map>
 #include <vector>
+
+#include "core/itf.h"
+#include "core/types.h"
 
 namespace kvtier {
 
 class RadixTree;
 
+struct ReordererOptions {
+  double history_weight = 0.8;  // w of the moving average
+  int min_accesses = 2;         // reuses since the last repack before a segment may be due
+  int chunk_tokens = 64;
+  double min_gain = 0;          // in [0, 1]: the saving share a repack must also reach
+  // Bytes one saved chunk of a layer's kept set is worth: the bytes of the chunks of every kind
+  // a kept token loads (K and V) for a full chunk.
+  Bytes saved_chunk_bytes = 0;
+  // Bytes a repack writes per token of the segment (every layer and stored kind): the least a
+  // repack costs, so Due asks for the full cost only of segments that could be due.
+  Bytes written_bytes_per_token = 0;
+};
+
 class Reorderer {
  public:
-  // `min_gain` in [0, 1] is the share of the expected touched chunks a repack must save (0: any
-  // saving).
-  Reorderer(double history_weight, int min_accesses, int chunk_tokens = 64, double min_gain = 0);
+  explicit Reorderer(const ReordererOptions& options);
 
   // Records one reuse of tokens [offset, offset + importance.size()) of `segment` (which has
-  // `segment_tokens` tokens): m <- w*m + (1-w)*x per token, m = x on a token's first reuse.
+  // `segment_tokens` tokens) in the history: m <- w*m + (1-w)*x per token, m = x on a token's
+  // first reuse. Counts the reuse as an access.
   void Record(std::uint32_t segment, std::int64_t segment_tokens, std::int64_t offset,
               std::span<const float> importance);
 
-  // Segments due for repacking, in ascending id order (deterministic).
-  std::vector<std::uint32_t> Due(const RadixTree& tree) const;
+  // One piece of a reuse: prefix tokens [prefix_begin, prefix_end) are the segment's original
+  // offsets [segment_begin, ...) (core/radix_tree.h, MatchPiece).
+  struct Piece {
+    std::int64_t prefix_begin = 0, prefix_end = 0, segment_begin = 0;
+  };
+  // Adds the evidence of one reuse of segment `id` of `tree`: `pieces` are the request's pieces
+  // on that segment, `layer_sets` per layer the prefix tokens the layer kept (sorted, unique;
+  // tokens outside the pieces are ignored). Does nothing when the segment has no history yet.
+  // Call it before Record of the same reuse (the packed layout is the history's before it).
+  // REQUIRES: the segment is in `tree`.
+  void RecordEvidence(const RadixTree& tree, std::uint32_t id, std::span<const Piece> pieces,
+                      std::span<const TokenSet> layer_sets);
+
+  // Segments due for repacking (see above), in ascending id order (deterministic).
+  // `repack_bytes(id)` is what repacking segment id would move over the SSD now.
+  std::vector<std::uint32_t> Due(const RadixTree& tree,
+                                 const std::function<double(std::uint32_t)>& repack_bytes) const;
 
   // Mean importance per original offset of `segment` (empty if never recorded).
   std::span<const float> MeanImportance(std::uint32_t segment) const;
 
-  // Moves the statistics of `old_id` to `new_id` after a repack and resets its access count.
+  // What the evidence of `segment` says since its last repack (zeros if none).
+  struct Evidence {
+    std::int64_t accesses = 0;        // reuses recorded
+    std::int64_t reuses = 0;          // reuses that had a history (measured)
+    double stored_chunks = 0;         // sum over them and their layers of S
+    double packed_chunks = 0;         // ... of P
+    double Saving() const { return stored_chunks > 0 ? 1.0 - packed_chunks / stored_chunks : 0; }
+  };
+  Evidence EvidenceOf(std::uint32_t segment) const;
+
+  // Moves the statistics of `old_id` to `new_id` after a repack; the access count and the
+  // evidence start over.
   void Repacked(std::uint32_t old_id, std::uint32_t new_id);
 
  private:
@@ -45,11 +104,10 @@ class Reorderer {
     std::vector<float> mean;
     std::vector<std::uint8_t> seen;
     int accesses = 0;
+    std::int64_t reuses = 0;
+    double stored_chunks = 0, packed_chunks = 0;
   };
-  double history_weight_;
-  int min_accesses_;
-  int chunk_tokens_;
-  double min_gain_;
+  ReordererOptions options_;
   std::unordered_map<std::uint32_t, Stats> stats_;
 };
 

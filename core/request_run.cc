@@ -1,6 +1,7 @@
 #include "core/request_run.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "core/reorderer.h"
 
@@ -115,15 +116,29 @@ void RequestRun::Abandon(const std::vector<OpId>& abandoned) {
 }
 
 void RequestRun::Keep(const Selection& kept) {
+  const bool sets = pipeline_.options_.system.reorder;
+  if (sets) kept_sets.emplace_back();
   if (kept.kind == Selection::Kind::kShared) {
     for (std::int32_t t : kept.shared) kept_fraction[std::size_t(t)] += 1.0f;
+    if (sets) kept_sets.back() = kept.shared;
   } else if (kept.kind == Selection::Kind::kPerHead) {
     const float w = 1.0f / float(std::max<std::size_t>(1, kept.per_head.size()));
     for (const auto& head : kept.per_head) {
       for (std::int32_t t : head) kept_fraction[std::size_t(t)] += w;
     }
+    if (sets) {
+      TokenSet& u = kept_sets.back();
+      for (const auto& head : kept.per_head) u.insert(u.end(), head.begin(), head.end());
+      std::sort(u.begin(), u.end());
+      u.erase(std::unique(u.begin(), u.end()), u.end());
+    }
   } else {
     for (auto& f : kept_fraction) f += 1.0f;
+    if (sets) {
+      TokenSet& u = kept_sets.back();
+      u.resize(std::size_t(std::max<std::int64_t>(0, kept.end - kept.begin)));
+      std::iota(u.begin(), u.end(), std::int32_t(kept.begin));
+    }
   }
 }
 

@@ -80,7 +80,9 @@ class RequestRun {
   // not yet done: they finish in the background and are logged then.
   void Abandon(const std::vector<OpId>& ops);
 
-  // Adds one layer's selection to kept_fraction (the share of the layer that kept each token).
+  // Adds one layer's selection to kept_fraction (the share of the layer that kept each token)
+  // and, for the reorderer's evidence (reorder.enabled), its kept tokens to kept_sets: the
+  // shared set, the union of the per-head sets (what the layer loads values of), or the range.
   void Keep(const Selection& kept);
 
   // ---- records: the schedule fills them, Pipeline::Run logs them ---------------------------
@@ -90,6 +92,10 @@ class RequestRun {
   // Tokens: n of the reusable prefix R, nr of the new prefix NR, q of the query Q.
   std::int64_t n = 0, nr = 0, q = 0;
   std::vector<float> kept_fraction;  // per R token: sum over layers of the share kept
+  std::vector<TokenSet> kept_sets;   // per layer Keep was called for (reorder.enabled only)
+  // K and V chunks the demand loads of this request's layers touched (every tier; a chunk per
+  // layer, kind and use): the loaded chunks of SPEC Fig. 20.
+  std::int64_t kv_chunks = 0;
   std::vector<LayerRecord> layers;
   std::vector<OpId> layer_compute;               // compute op per layer (kNoOp if none)
   std::vector<std::vector<OpId>> layer_gpu_ops;  // GPU ops attributed to each layer

@@ -385,7 +385,11 @@ TEST(PipelineTest, ReorderWritesTheRepackedSegmentsChunks) {
   Harness h(TinyModel(2), sys, [](const Request&, int, int, std::int64_t t) {
     return float((t * 37) % 11);  // important tokens scattered: repacking changes the order
   });
-  for (RequestId id = 1; id <= 4; ++id) ASSERT_TRUE(h.pipeline->Run(MakeRequest(id, 64, 8)).ok());
+  // Nothing cached (no cache capacity): a repack reads and writes the whole segment (22,528 B),
+  // so it takes several reuses' worth of saved chunks (256 B of K and V each) to pay for it.
+  for (RequestId id = 1; id <= 10; ++id) {
+    ASSERT_TRUE(h.pipeline->Run(MakeRequest(id, 64, 8)).ok());
+  }
   h.pipeline->Finish();
   ASSERT_GT(h.pipeline->totals().repacked_segments, 0);
   int reorder_writes = 0;
@@ -395,7 +399,10 @@ TEST(PipelineTest, ReorderWritesTheRepackedSegmentsChunks) {
     Bytes sum = 0;
     for (const ChunkIo& c : s.transfer.chunks) sum += c.bytes;
     EXPECT_EQ(sum, s.transfer.bytes);
-    EXPECT_EQ(s.transfer.ios, s.transfer.chunks.size());
+    // One I/O per chunk read or written, one memcpy per run gathered (a run listed per entry).
+    if (s.transfer.kind != TransferKind::kH2D) {
+      EXPECT_EQ(s.transfer.ios, s.transfer.chunks.size());
+    }
     if (s.transfer.kind == TransferKind::kSsdWrite) ++reorder_writes;
   }
   EXPECT_EQ(reorder_writes, h.pipeline->totals().repacked_segments);
@@ -409,6 +416,241 @@ TEST(PipelineTest, ReorderWritesTheRepackedSegmentsChunks) {
     }
   }
   EXPECT_TRUE(written);
+}
+
+// ---- repacks (SPEC §IV-D1): from cached copies, with inherited statistics -----------------
+
+// The important tokens of P are scattered ((t * 37) % 11 ranks them), the same for every query,
+// so packing pays; a repack becomes due after a few reuses. Between the reuses of P, a request
+// with a prefix of its own (D) runs: the passes before it are where repacks happen, and it
+// touches none of P's chunks, so the caches after D are what the repack left.
+float Scattered(const Request&, int, int, std::int64_t t) { return float((t * 37) % 11); }
+
+struct RepackHarness {
+  explicit RepackHarness(SystemOptions sys, bool prewarm)
+      : h(TinyModel(2), Configure(std::move(sys)), Scattered) {
+    if (prewarm) h.pipeline->Prewarm(P(0));
+  }
+  static SystemOptions Configure(SystemOptions sys) {
+    sys.reorder_interval = 1e-9;  // a pass before every request
+    sys.reorder_min_accesses = 1;
+    return sys;
+  }
+  static Request P(RequestId id) { return MakeRequest(id, 64, 8); }
+  static Request D(RequestId id) {
+    Request r = MakeRequest(id, 4, 8);
+    for (auto& s : r.prefix) s += 50000 + 100 * id;  // a path of its own: never reused
+    return r;
+  }
+  std::uint32_t SegmentOfP() const {
+    return h.pipeline->tree().Lookup(P(0).prefix).pieces.front().segment;
+  }
+
+  // What the caches know of P's chunks.
+  struct ChunkState {
+    Tier tier;
+    bool has_stats;
+    ChunkStats stats;
+  };
+  std::map<std::uint64_t, ChunkState> Snapshot(std::uint32_t segment) const {
+    std::map<std::uint64_t, ChunkState> out;
+    const Segment* seg = h.pipeline->tree().FindSegment(segment);
+    for (std::uint32_t l = 0; l < 2; ++l) {
+      for (std::uint32_t c = 0; c < seg->num_chunks; ++c) {
+        for (KvKind kind : {KvKind::kKey, KvKind::kValue, KvKind::kProbeKey}) {
+          const ChunkId id = ChunkId::Make(segment, kind, l, c);
+          const ChunkStats* s = h.pipeline->cache().Stats(id);
+          out[id.value] = {h.pipeline->cache().Where(id), s != nullptr, s ? *s : ChunkStats{}};
+        }
+      }
+    }
+    return out;
+  }
+
+  // Runs P, D, P, D, ... until a pass before a D repacks P's segment; returns the state of P's
+  // chunks just before that D and the ops that D's pass submitted.
+  struct Repack {
+    std::uint32_t old_id = 0, new_id = 0;
+    std::map<std::uint64_t, ChunkState> before;
+    std::vector<TransferOp> ops;  // purpose kReorder
+  };
+  Repack RunUntilRepacked() {
+    Repack out;
+    for (RequestId id = 1; id < 40; id += 2) {
+      EXPECT_TRUE(h.pipeline->Run(P(id)).ok());
+      out.old_id = SegmentOfP();
+      out.before = Snapshot(out.old_id);
+      const std::size_t submitted = h.executor.history().size();
+      const std::int64_t repacked = h.pipeline->totals().repacked_segments;
+      EXPECT_TRUE(h.pipeline->Run(D(id + 1)).ok());
+      if (h.pipeline->totals().repacked_segments == repacked) continue;
+      for (std::size_t i = submitted; i < h.executor.history().size(); ++i) {
+        const auto& s = h.executor.history()[i];
+        if (s.is_transfer && s.transfer.purpose == Purpose::kReorder) out.ops.push_back(s.transfer);
+      }
+      out.new_id = SegmentOfP();
+      return out;
+    }
+    ADD_FAILURE() << "P's segment was never repacked";
+    return out;
+  }
+
+  Harness h;
+};
+
+std::vector<TransferOp> OpsOf(const std::vector<TransferOp>& ops, TransferKind kind) {
+  std::vector<TransferOp> out;
+  for (const TransferOp& op : ops) {
+    if (op.kind == kind) out.push_back(op);
+  }
+  return out;
+}
+
+// Prewarmed, P's chunks all sit in GPU memory: the repack reads nothing from the SSD. It copies
+// every old chunk to host memory (one DMA each), gathers the rows into the new layout, copies
+// the new chunks that take the GPU room back (staged_gather: from their own gather, one DMA per
+// kind) and writes the whole repacked segment.
+TEST(PipelineTest, RepackFromCachedCopiesReadsNoSsd) {
+  SystemOptions sys = System("spec");
+  sys.cache.gpu_capacity = 1 << 20;
+  sys.cache.cpu_capacity = 1 << 20;
+  RepackHarness rh(sys, /*prewarm=*/true);
+  const RepackHarness::Repack r = rh.RunUntilRepacked();
+  ASSERT_NE(r.new_id, 0u);
+  ASSERT_NE(r.new_id, r.old_id);
+  for (const auto& [id, state] : r.before) ASSERT_EQ(state.tier, Tier::kGpu);
+  const Bytes segment_bytes = 64 * 2 * (32 + 32 + 24);  // tokens x layers x (K + V + PK)
+  EXPECT_TRUE(OpsOf(r.ops, TransferKind::kSsdRead).empty()) << "every chunk was cached";
+  const auto d2h = OpsOf(r.ops, TransferKind::kD2H);
+  ASSERT_EQ(d2h.size(), 1u);
+  EXPECT_EQ(d2h[0].ios, 16u * 2 * 3);
+  EXPECT_EQ(d2h[0].bytes, segment_bytes);
+  const auto gathers = OpsOf(r.ops, TransferKind::kCpuGather);
+  ASSERT_EQ(gathers.size(), 1u) << "every new chunk takes GPU room: one gather, for the GPU";
+  EXPECT_EQ(gathers[0].bytes, segment_bytes);
+  // One listed piece per run: consecutive rows of one old chunk.
+  EXPECT_EQ(gathers[0].ios, gathers[0].chunks.size());
+  EXPECT_GT(gathers[0].ios, 16u * 2 * 3) << "the rows come from many places";
+  for (const ChunkIo& run : gathers[0].chunks) {
+    EXPECT_EQ(run.chunk.segment(), r.old_id);
+    ASSERT_FALSE(run.rows.empty());
+    for (std::size_t i = 1; i < run.rows.size(); ++i) EXPECT_EQ(run.rows[i], run.rows[i - 1] + 1);
+  }
+  const auto h2d = OpsOf(r.ops, TransferKind::kH2D);
+  ASSERT_EQ(h2d.size(), 1u);
+  EXPECT_TRUE(h2d[0].staged);
+  EXPECT_EQ(h2d[0].ios, 3u) << "one DMA per kind";
+  EXPECT_EQ(h2d[0].bytes, segment_bytes);
+  const auto writes = OpsOf(r.ops, TransferKind::kSsdWrite);
+  ASSERT_EQ(writes.size(), 1u);
+  EXPECT_EQ(writes[0].bytes, segment_bytes);
+  EXPECT_EQ(writes[0].ios, 16u * 2 * 3);
+  // The new chunks took the GPU room back, and their statistics are their rows' old ones: the
+  // probe keys are read whole by every request, so all of a layer's old probe-key chunks have
+  // the same statistics, and so has every new one.
+  const Segment* seg = rh.h.pipeline->tree().FindSegment(r.new_id);
+  int inherited_first = 0;
+  for (std::uint32_t l = 0; l < 2; ++l) {
+    for (std::uint32_t c = 0; c < seg->num_chunks; ++c) {
+      for (KvKind kind : {KvKind::kKey, KvKind::kValue, KvKind::kProbeKey}) {
+        const ChunkId id = ChunkId::Make(r.new_id, kind, l, c);
+        EXPECT_EQ(rh.h.pipeline->cache().Where(id), Tier::kGpu);
+        const ChunkStats* s = rh.h.pipeline->cache().Stats(id);
+        // A chunk made only of rows no request ever needed (prewarmed, never accessed) has no
+        // statistics to inherit; the others inherit.
+        if (kind != KvKind::kProbeKey && s == nullptr) continue;
+        ASSERT_NE(s, nullptr) << "inherited, not restarted";
+        if (kind == KvKind::kKey && c == 0) ++inherited_first;
+        std::uint64_t lo = ~0ull, hi = 0, last = 0;
+        for (std::uint32_t o = 0; o < 16; ++o) {
+          const auto& old = r.before.at(ChunkId::Make(r.old_id, kind, l, o).value);
+          const std::uint64_t f = old.has_stats ? old.stats.frequency : 0;
+          lo = std::min(lo, f);
+          hi = std::max(hi, f);
+          if (old.has_stats) last = std::max(last, old.stats.last_access);
+        }
+        EXPECT_GE(s->frequency, lo);
+        EXPECT_LE(s->frequency, hi);
+        EXPECT_LE(s->last_access, last);
+        if (kind == KvKind::kProbeKey) {
+          const auto& old = r.before.at(ChunkId::Make(r.old_id, kind, l, c).value);
+          ASSERT_TRUE(old.has_stats);
+          EXPECT_EQ(s->frequency, old.stats.frequency);
+          EXPECT_DOUBLE_EQ(s->important_ratio, 1.0);
+        }
+      }
+    }
+  }
+  // The densest key chunk (the top of the pack: rows every reuse needed) inherits in every layer.
+  EXPECT_EQ(inherited_first, 2);
+  // Nothing of the old segment is left in the caches.
+  for (const auto& [id, state] : r.before) {
+    EXPECT_EQ(rh.h.pipeline->cache().Where(ChunkId{id}), Tier::kSsd);
+    EXPECT_EQ(rh.h.pipeline->cache().Stats(ChunkId{id}), nullptr);
+  }
+}
+
+// Not prewarmed, small caches: only the chunks neither cache holds are read; the GPU-held ones
+// are copied; the new chunks of each (layer, kind) take no more GPU or CPU room than the old
+// ones held, the most important (chunk 0: the top of each pack) first.
+TEST(PipelineTest, RepackReadsOnlyWhatNoCacheHolds) {
+  SystemOptions sys = System("spec");
+  sys.cache.gpu_capacity = 2 * 1024;
+  sys.cache.cpu_capacity = 2 * 1024;
+  RepackHarness rh(sys, /*prewarm=*/false);
+  const RepackHarness::Repack r = rh.RunUntilRepacked();
+  ASSERT_NE(r.new_id, 0u);
+  Bytes on_ssd = 0, on_gpu = 0;
+  std::uint32_t ssd_chunks = 0, gpu_chunks = 0;
+  std::map<std::pair<std::uint32_t, int>, Bytes> gpu_room, cpu_room;
+  for (const auto& [value, state] : r.before) {
+    const ChunkId id{value};
+    const Bytes b = 4 * (id.kind() == KvKind::kProbeKey ? 24 : 32);
+    if (state.tier == Tier::kSsd) on_ssd += b, ++ssd_chunks;
+    if (state.tier == Tier::kGpu) on_gpu += b, ++gpu_chunks;
+    if (state.tier == Tier::kGpu) gpu_room[{id.layer(), int(id.kind())}] += b;
+    if (state.tier == Tier::kCpu) cpu_room[{id.layer(), int(id.kind())}] += b;
+  }
+  ASSERT_GT(ssd_chunks, 0u);
+  ASSERT_GT(gpu_chunks, 0u);
+  const auto reads = OpsOf(r.ops, TransferKind::kSsdRead);
+  ASSERT_EQ(reads.size(), 1u);
+  EXPECT_EQ(reads[0].ios, ssd_chunks);
+  EXPECT_EQ(reads[0].bytes, on_ssd);
+  const auto d2h = OpsOf(r.ops, TransferKind::kD2H);
+  ASSERT_EQ(d2h.size(), 1u);
+  EXPECT_EQ(d2h[0].ios, gpu_chunks);
+  EXPECT_EQ(d2h[0].bytes, on_gpu);
+  std::map<std::pair<std::uint32_t, int>, Bytes> gpu_now, cpu_now;
+  const Segment* seg = rh.h.pipeline->tree().FindSegment(r.new_id);
+  for (std::uint32_t l = 0; l < 2; ++l) {
+    for (KvKind kind : {KvKind::kKey, KvKind::kValue, KvKind::kProbeKey}) {
+      for (std::uint32_t c = 0; c < seg->num_chunks; ++c) {
+        const ChunkId id = ChunkId::Make(r.new_id, kind, l, c);
+        const Bytes b = 4 * (kind == KvKind::kProbeKey ? 24 : 32);
+        const Tier t = rh.h.pipeline->cache().Where(id);
+        if (t == Tier::kGpu) gpu_now[{l, int(kind)}] += b;
+        if (t == Tier::kCpu) cpu_now[{l, int(kind)}] += b;
+      }
+      const std::pair<std::uint32_t, int> key{l, int(kind)};
+      EXPECT_EQ(gpu_now[key], gpu_room[key]) << "equal chunks: the room is taken exactly";
+      EXPECT_EQ(cpu_now[key], cpu_room[key]);
+      if (gpu_room[key] > 0) {
+        EXPECT_EQ(rh.h.pipeline->cache().Where(ChunkId::Make(r.new_id, kind, l, 0)), Tier::kGpu)
+            << "the densest chunk first";
+      }
+    }
+  }
+  const auto h2d = OpsOf(r.ops, TransferKind::kH2D);
+  ASSERT_EQ(h2d.size(), 1u);
+  Bytes gpu_total = 0;
+  for (const auto& [key, b] : gpu_now) gpu_total += b;
+  EXPECT_EQ(h2d[0].bytes, gpu_total);
+  // Under staged_gather two gathers: the GPU-bound chunks (their H2D copies it), the rest.
+  const auto gathers = OpsOf(r.ops, TransferKind::kCpuGather);
+  ASSERT_EQ(gathers.size(), 2u);
+  EXPECT_EQ(gathers[0].bytes, gpu_total);
+  EXPECT_EQ(gathers[0].bytes + gathers[1].bytes, Bytes(64 * 2 * (32 + 32 + 24)));
 }
 
 TEST(PipelineTest, WarmCachesAvoidSsdReads) {

@@ -362,5 +362,96 @@ TEST(TransferStrategyPipeline, ExtentReadsCoverTheNeededRowsInAlignedExtents) {
   EXPECT_GT(partial_reads, 0);
 }
 
+// A repack (core/pipeline.cc, RepackSegment) moves the new chunks that take GPU room as the
+// strategy moves whole chunks from host memory, after a CPU gather that lays the rows out in
+// the new order (one listed entry, one memcpy, per run of an old chunk's rows); under
+// staged_gather that gather is the strategy's, and the H2D copies its regions, one DMA per kind.
+TEST(TransferStrategyPipeline, RepackCopiesFollowTheTableForWholeChunks) {
+  for (const TransferStrategyInfo& info : TransferStrategies()) {
+    SCOPED_TRACE(std::string(info.name));
+    FakeExecutor executor{FakeExecutorOptions{}};
+    ScriptedScores scores([](const Request&, int, int, std::int64_t t) {
+      return float((t * 37) % 11);  // scattered, the same for every query: packing pays
+    });
+    MemoryRunLog log;
+    const ModelSpec model = TinyModel(4);
+    const Config c = Config::Load(
+        SourceDir() + "/configs/systems/spec.ini",
+        {"cache.chunk_tokens=4", "cache.gpu_capacity=4KiB", "cache.cpu_capacity=4KiB",
+         "reorder.interval=0s", "reorder.min_accesses=1",
+         "transfer.strategy=" + std::string(info.name)});
+    PipelineOptions options;
+    options.system = BuildSystemOptions(c, model);
+    Pipeline p(model, options, &executor, &scores, &log);
+    for (RequestId id = 1; id <= 12; ++id) {
+      Request r;
+      r.id = id;
+      r.prefix.resize(64);
+      std::iota(r.prefix.begin(), r.prefix.end(), 1000);
+      r.query_tokens = 6;
+      ASSERT_TRUE(p.Run(r).ok());
+    }
+    ASSERT_TRUE(p.Finish().ok());
+    ASSERT_GT(p.totals().repacked_segments, 0);
+    const auto& h = executor.history();
+    int copies = 0;
+    Bytes gathered = 0, written = 0;
+    for (std::size_t i = 0; i < h.size(); ++i) {
+      if (!h[i].is_transfer || h[i].transfer.purpose != Purpose::kReorder) continue;
+      const TransferOp& op = h[i].transfer;
+      if (op.kind == TransferKind::kSsdWrite) written += op.bytes;
+      if (op.kind == TransferKind::kCpuGather) {
+        EXPECT_EQ(op.ios, op.chunks.size());
+        EXPECT_EQ(op.ios, Runs(op.chunks)) << "each entry is one run";
+        EXPECT_EQ(op.bytes, SumBytes(op.chunks));
+        gathered += op.bytes;
+      }
+      if (op.kind != TransferKind::kH2D) continue;
+      ++copies;
+      ASSERT_FALSE(op.chunks.empty());
+      EXPECT_EQ(op.bytes, SumBytes(op.chunks));
+      for (const ChunkIo& c : op.chunks) EXPECT_TRUE(c.rows.empty()) << "whole new chunks";
+      const std::uint32_t chunks = std::uint32_t(op.chunks.size());
+      switch (info.strategy) {
+        case TransferStrategy::kPerRow:
+        case TransferStrategy::kPerChunk:
+          EXPECT_EQ(op.method, CopyMethod::kDma);
+          EXPECT_FALSE(op.staged);
+          EXPECT_EQ(op.ios, chunks);
+          break;
+        case TransferStrategy::kStagedGather: {
+          EXPECT_EQ(op.method, CopyMethod::kDma);
+          EXPECT_TRUE(op.staged);
+          std::map<KvKind, Bytes> copied, staged;
+          for (const ChunkIo& c : op.chunks) copied[c.chunk.kind()] += c.bytes;
+          EXPECT_EQ(op.ios, copied.size()) << "one DMA per kind";
+          // The gather just before it laid out exactly these bytes, kind by kind.
+          const TransferOp* gather = nullptr;
+          for (std::size_t j = i; j-- > 0;) {
+            if (h[j].is_transfer && h[j].transfer.kind == TransferKind::kCpuGather) {
+              gather = &h[j].transfer;
+              break;
+            }
+          }
+          ASSERT_NE(gather, nullptr);
+          for (const ChunkIo& c : gather->chunks) staged[c.chunk.kind()] += c.bytes;
+          EXPECT_EQ(staged, copied);
+          break;
+        }
+        case TransferStrategy::kBatched:
+        case TransferStrategy::kDeviceGather:
+          EXPECT_EQ(op.method, info.strategy == TransferStrategy::kBatched
+                                   ? CopyMethod::kBatched
+                                   : CopyMethod::kDeviceGather);
+          EXPECT_EQ(op.ios, 1u);
+          EXPECT_EQ(op.descriptors, chunks);
+          break;
+      }
+    }
+    EXPECT_GT(copies, 0) << "some new chunks took GPU room";
+    EXPECT_EQ(gathered, written) << "every new chunk is laid out once, then written";
+  }
+}
+
 }  // namespace
 }  // namespace kvtier
