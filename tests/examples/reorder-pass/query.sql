@@ -1,10 +1,13 @@
--- The reorderer's passes and repacked segments (metrics), what the repacks moved, and what the
--- requests read from the SSD and waited for, per system.
+-- The reorderer's passes and repacked segments, the K and V chunks a layer's loads touched
+-- (metrics), what the repacks moved and why, and what the requests read from the SSD and
+-- waited for, per system.
 .headers on
 .mode column
 SELECT r.system,
        MAX(CASE WHEN m.name = 'reorder_passes' THEN CAST(m.value AS INTEGER) END) AS passes,
-       MAX(CASE WHEN m.name = 'repacked_segments' THEN CAST(m.value AS INTEGER) END) AS repacked
+       MAX(CASE WHEN m.name = 'repacked_segments' THEN CAST(m.value AS INTEGER) END) AS repacked,
+       printf('%.2f', MAX(CASE WHEN m.name = 'kv_chunks_per_layer' THEN m.value END))
+         AS kv_chunks_per_layer
 FROM metrics m JOIN runs r USING (run_id)
 GROUP BY r.run_id
 ORDER BY r.system;
@@ -26,3 +29,10 @@ SELECT s.system,
                       / s.requests / 1048576.0) AS request_ssd_read_mib
 FROM run_summary s
 ORDER BY s.system;
+
+-- Each repack and why: the reuses measured since the segment was stored, the chunks their
+-- layers touched stored and packed by the history before each, and the repack's SSD bytes.
+.width 10 90
+SELECT d.request_id, d.detail FROM decisions d JOIN runs r USING (run_id)
+WHERE r.system = 'ablation_ro' AND d.kind = 'reorder'
+ORDER BY d.request_id, d.detail;
