@@ -169,6 +169,8 @@ constexpr KeySpec kKeys[] = {
      "nice value (0-19) of the thread that plans and submits while it serves requests: the "
      "executor's lanes stand in for device engines and keep the process's priority "
      "(docs/hw-mode.md)"},
+    {"hw.fault_injection", K::kString, "", nullptr,
+     "testing: faults to inject, e.g. read_eio@3,slow_read@*=5ms (docs/reliability.md)"},
 
     // [log] — what runs write to the results database
     {"log.transfers", K::kBool, "true", nullptr, "write one row per transfer"},

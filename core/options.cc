@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/errors.h"
+#include "core/fault_plan.h"
 #include "core/selector.h"
 
 namespace kvtier {
@@ -243,6 +244,7 @@ ExperimentOptions BuildOptions(const Config& c) {
     throw ConfigError(c.Where("hw.driver_nice") + ": hw.driver_nice = " +
                       c.GetString("hw.driver_nice") + " is outside 0-19 (a nice value)");
   }
+  ParseFaultPlan(c.GetString("hw.fault_injection"), c.Where("hw.fault_injection"));
   return o;
 }
 

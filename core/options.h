@@ -93,9 +93,10 @@ struct ExperimentOptions {
 // (heads * head_dim == hidden for OPT; heads % kv_heads == 0), retention in (0, 1],
 // probe heads in [1, kv_heads], caches at least one chunk, chunk_tokens in [1, 65535],
 // bandwidths > 0, queue depth >= 1, gpu.concurrent_prefills in [1, 32], run.max_requests and
-// run.warmup_requests >= 0, hw.max_memory, hw.ring and hw.store_capacity > 0, and a schedule
-// that loads before the query (cake) with a selector that does not need it. An error about two
-// related keys names where each was set (Config::Where(key, related)).
+// run.warmup_requests >= 0, hw.max_memory, hw.ring and hw.store_capacity > 0, hw.fault_injection
+// a valid plan (core/fault_plan.h), and a schedule that loads before the query (cake) with a
+// selector that does not need it. An error about two related keys names where each was set
+// (Config::Where(key, related)).
 ExperimentOptions BuildOptions(const Config& config);
 ModelSpec BuildModelSpec(const Config& config);
 HardwareOptions BuildHardwareOptions(const Config& config);
