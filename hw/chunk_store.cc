@@ -246,8 +246,48 @@ Status ChunkStore::Replay() {
   }
   if (cursor < capacity_bytes_) free_[cursor] = capacity_bytes_ - cursor;
 
+  KVTIER_RETURN_IF_ERROR(VerifyLiveChunks());
   if (log_records_ >= kCheckpointMinRecords && log_records_ > 4 * chunks_.size()) {
     KVTIER_RETURN_IF_ERROR(Checkpoint());
+  }
+  return Status::OK();
+}
+
+// A record is written only after its bytes were (Put), but "written" is what the device said:
+// a write it acknowledged and did not finish, a power loss with sync = false, or corruption at
+// rest leaves a record pointing at other bytes. Every live chunk is read back (in offset order)
+// and checked against its CRC-32C; one that fails is dropped. The remove records are durable
+// before this returns, so no dropped record can come back over a reused extent.
+Status ChunkStore::VerifyLiveChunks() {
+  std::vector<std::pair<uint64_t, ChunkId>> by_offset;
+  by_offset.reserve(chunks_.size());
+  uint64_t largest = 0;
+  for (const auto& [id, loc] : chunks_) {
+    by_offset.emplace_back(loc.offset, id);
+    largest = std::max(largest, loc.extent_bytes());
+  }
+  if (by_offset.empty()) return Status::OK();
+  std::sort(by_offset.begin(), by_offset.end());
+  AlignedBuffer buf = AllocateAligned(largest, kChunkAlign);
+  if (!buf) return Status::Internal("chunk store: cannot allocate a verification buffer");
+  std::vector<ChunkId> bad;
+  for (const auto& [offset, id] : by_offset) {
+    const ChunkLocation& loc = chunks_[id];
+    Status s = ReadExtent(id, loc, buf.get());
+    if (s.ok()) s = CheckChunkCrc(id, loc, buf.get(), data_path_);
+    if (s.ok()) continue;
+    bad.push_back(id);
+    dropped_on_open_.push_back(std::move(s));
+  }
+  for (ChunkId id : bad) {
+    KVTIER_RETURN_IF_ERROR(AppendRecord(kRecordRemove, id, ChunkLocation{}));
+    const ChunkLocation loc = chunks_[id];
+    chunks_.erase(id);
+    FreeExtent(loc.offset, loc.extent_bytes());
+  }
+  if (!bad.empty() && !options_.sync && ::fdatasync(log_fd_.get()) != 0) {
+    return ErrnoStatus(errno, "fdatasync " + manifest_path_ + " after dropping " +
+                                  std::to_string(bad.size()) + " chunks");
   }
   return Status::OK();
 }
@@ -397,33 +437,47 @@ Status ChunkStore::Get(ChunkId id, std::span<std::byte> dst) const {
                                    std::to_string(dst.size()) + " < " +
                                    std::to_string(loc->length) + " bytes");
   }
-  const uint64_t extent = loc->extent_bytes();
-  AlignedBuffer buf = AllocateAligned(extent, kChunkAlign);
+  AlignedBuffer buf = AllocateAligned(loc->extent_bytes(), kChunkAlign);
   if (!buf) return Status::Internal(ChunkName(id) + ": cannot allocate a read buffer");
+  KVTIER_RETURN_IF_ERROR(ReadExtent(id, *loc, buf.get()));
+  KVTIER_RETURN_IF_ERROR(CheckChunkCrc(id, *loc, buf.get(), data_path_));
+  std::memcpy(dst.data(), buf.get(), loc->length);
+  return Status::OK();
+}
+
+Status ChunkStore::ReadExtent(ChunkId id, const ChunkLocation& loc, std::byte* buf) const {
+  const uint64_t extent = loc.extent_bytes();
   uint64_t got = 0;
   while (got < extent) {
-    ssize_t n = ::pread(read_fd_.get(), buf.get() + got, extent - got,
-                        static_cast<off_t>(loc->offset + got));
+    ssize_t n = ::pread(read_fd_.get(), buf + got, extent - got,
+                        static_cast<off_t>(loc.offset + got));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       return ErrnoStatus(errno, ChunkName(id) + ": read " + std::to_string(extent) +
-                                    " bytes at offset " + std::to_string(loc->offset) + " of " +
+                                    " bytes at offset " + std::to_string(loc.offset) + " of " +
                                     data_path_);
     }
     if (n == 0) {
       return Status::IoError(ChunkName(id) + ": short read " + std::to_string(got) + " < " +
                              std::to_string(extent) + " bytes at offset " +
-                             std::to_string(loc->offset) + " of " + data_path_);
+                             std::to_string(loc.offset) + " of " + data_path_);
     }
     got += static_cast<uint64_t>(n);
   }
-  const uint32_t crc = Crc32c(buf.get(), loc->length);
-  if (crc != loc->crc32c) {
-    return Status::IoError(ChunkName(id) + ": checksum mismatch at offset " +
-                           std::to_string(loc->offset) + " of " + data_path_);
-  }
-  std::memcpy(dst.data(), buf.get(), loc->length);
   return Status::OK();
+}
+
+Status CheckChunkCrc(ChunkId id, const ChunkLocation& loc, const std::byte* data,
+                     const std::string& path) {
+  const uint32_t crc = Crc32c(data, loc.length);
+  if (crc == loc.crc32c) return Status::OK();
+  char hex[64];
+  std::snprintf(hex, sizeof hex, "CRC-32C 0x%08x", crc);
+  std::string msg = ChunkName(id) + ": checksum mismatch: " + hex + " of the " +
+                    std::to_string(loc.length) + " bytes read at offset " +
+                    std::to_string(loc.offset) + " of " + path;
+  std::snprintf(hex, sizeof hex, ", 0x%08x recorded", loc.crc32c);
+  return Status::IoError(msg + hex);
 }
 
 std::optional<ChunkLocation> ChunkStore::Lookup(ChunkId id) const {

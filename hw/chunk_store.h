@@ -19,6 +19,15 @@
 // With `sync = false` the fdatasyncs are skipped: still safe against a killed process (the page
 // cache survives), not against power loss.
 //
+// Checksums. Every put record carries the CRC-32C of the chunk's bytes. `Get` checks it on every
+// read (the executor checks it on every whole-chunk read it makes through the IoEngine:
+// CheckChunkCrc). Reopening reads every live chunk back and checks it too, so a record that
+// points at bytes which never landed whole -- a torn write the device acknowledged, a power loss
+// with `sync = false`, corruption at rest -- is never accepted: such a chunk is dropped (a remove
+// record is appended and made durable before its extent can be reused) and listed in
+// `dropped_on_open()`. Opening therefore reads the store's live bytes once (setup cost,
+// proportional to what is stored; nothing for a new store).
+//
 // Errors. A full store or a full disk is `Status::OutOfSpace` naming the chunk; failed I/O is
 // `IoError` naming the chunk, the file and the errno text. O_DIRECT is required: `Open` checks
 // `statx(STATX_DIOALIGN)` and refuses a file system without direct I/O (or with an alignment
@@ -69,10 +78,17 @@ struct ChunkLocation {
   uint64_t extent_bytes() const { return RoundUp(length, kChunkAlign); }
 };
 
+// OK when the `loc.length` bytes at `data` have the CRC-32C `loc` records for chunk `id`;
+// otherwise IoError "chunk ...: checksum mismatch: CRC-32C 0x... of the N bytes read at offset O
+// of `path`, 0x... recorded".
+Status CheckChunkCrc(ChunkId id, const ChunkLocation& loc, const std::byte* data,
+                     const std::string& path);
+
 class ChunkStore {
  public:
-  // Opens (or creates) the store in `options.dir`, replays the manifest and rebuilds the free
-  // extents. Fails with InvalidArgument for bad options, OutOfSpace when the disk cannot hold
+  // Opens (or creates) the store in `options.dir`, replays the manifest, reads every live chunk
+  // back against its checksum (dropping those that fail: dropped_on_open()) and rebuilds the
+  // free extents. Fails with InvalidArgument for bad options, OutOfSpace when the disk cannot hold
   // `capacity_bytes`, IoError for I/O failures or an unusable (overlapping) manifest, and
   // Unavailable when O_DIRECT is refused and `allow_buffered` is false.
   static Status Open(const ChunkStoreOptions& options, std::unique_ptr<ChunkStore>* out);
@@ -112,11 +128,16 @@ class ChunkStore {
   // Manifest records replayed at open, and whether the torn-tail rule cut anything off.
   uint64_t replayed_records() const { return replayed_records_; }
   bool truncated_torn_tail() const { return truncated_torn_tail_; }
+  // Chunks the manifest listed whose bytes did not read back intact at open (checksum mismatch
+  // or a failed read), one Status each naming the chunk and why; they were dropped.
+  const std::vector<Status>& dropped_on_open() const { return dropped_on_open_; }
 
  private:
   explicit ChunkStore(const ChunkStoreOptions& options);
   Status OpenFiles();
   Status Replay();
+  Status VerifyLiveChunks();
+  Status ReadExtent(ChunkId id, const ChunkLocation& loc, std::byte* buf) const;
   Status Checkpoint();
   Status AppendRecord(uint32_t type, ChunkId id, const ChunkLocation& loc);
   std::optional<uint64_t> AllocateExtent(uint64_t bytes);
@@ -134,6 +155,7 @@ class ChunkStore {
   uint32_t dio_offset_align_ = 0;
   uint64_t replayed_records_ = 0;
   bool truncated_torn_tail_ = false;
+  std::vector<Status> dropped_on_open_;
 
   mutable std::mutex mu_;
   std::unordered_map<ChunkId, ChunkLocation> chunks_;

@@ -534,11 +534,12 @@ struct HwExecutor::Impl {
       r.length = extent ? p.length : p.loc.extent_bytes();
       r.dst = p.dst + p.begin;
       const Bytes length = p.loc.length;
+      const ChunkLocation loc = p.loc;
       const std::byte* base = p.dst;
       const Bytes piece_bytes = p.bytes;
       // The chunk's content bytes this read brought ([begin, end) of its stored bytes).
       const Bytes begin = p.begin, end = extent ? std::min(length, p.begin + p.length) : length;
-      r.on_complete = [this, op, check, length, base, full, piece_bytes, extent, begin, end,
+      r.on_complete = [this, op, check, length, loc, base, full, piece_bytes, extent, begin, end,
                        ring = p.ring, stamp = p.stamp, release_slot](const ReadResult& res) {
         Status s = res.status;
         // A staging piece the ring wrapped past while the read was queued holds some later
@@ -548,6 +549,11 @@ struct HwExecutor::Impl {
           s = extent ? CheckChunkRange(res.chunk_id, length, base, begin, end, full)
                      : CheckChunkContent(res.chunk_id, length, base, full);
         }
+        // A whole chunk is also checked against the CRC-32C the store recorded when it wrote
+        // it: bytes that never landed whole (a torn write the device acknowledged) fail here,
+        // header intact or not. (An extent holds part of a chunk; CheckChunkRange checks it.)
+        const bool crc = s.ok() && check && !reused && !extent;
+        if (crc) s = CheckChunkCrc(res.chunk_id, loc, base, store->data_path());
         if (s.ok()) op->moved += piece_bytes;
         release_slot();
         {
@@ -557,6 +563,7 @@ struct HwExecutor::Impl {
           if (check && !extent) ++st.chunks_read;
           if (check && extent) ++st.extents_read;
           if (check && full && s.ok() && !reused) ++(extent ? st.extents_verified : st.chunks_verified);
+          if (crc) ++st.crc_checked;
           if (reused) ++st.staging_reused;
         }
         PieceDone(op, std::move(s));
@@ -1229,5 +1236,8 @@ std::uint32_t HwExecutor::dio_mem_align() const { return impl_->store->dio_mem_a
 std::uint32_t HwExecutor::dio_offset_align() const { return impl_->store->dio_offset_align(); }
 std::string HwExecutor::store_path() const { return impl_->store->data_path(); }
 Bytes HwExecutor::slot_bytes() const { return impl_->slot_bytes; }
+const std::vector<Status>& HwExecutor::store_dropped_on_open() const {
+  return impl_->store->dropped_on_open();
+}
 
 }  // namespace kvtier::hw

@@ -7,7 +7,8 @@
 //              (class from the purpose: demand/cake_load -> demand, probe -> probe, everything
 //              else -> prefetch), into the chunk's CPU-cache arena slot when the cache placed it
 //              in the CPU tier, else into a staging ring slot. Every chunk read is checked: its
-//              header (chunk id, length) always, every byte with `verify`. A chunk that lists
+//              header (chunk id, length) and its CRC-32C against the store's record always,
+//              every byte against the chunk's content with `verify`. A chunk that lists
 //              extents (transfer.ssd_read_unit = extent) is read as one request per extent,
 //              each landing at its offset in the chunk's buffer; each extent is checked: its
 //              first bytes always (the header when it starts the chunk), every byte with
@@ -111,6 +112,7 @@ struct HwExecutorStats {
   std::uint64_t promoted_chunks = 0;
   std::uint64_t demoted_chunks = 0;
   std::uint64_t chunks_verified = 0;  // reads whose content was checked in full
+  std::uint64_t crc_checked = 0;      // whole-chunk reads checked against the store's CRC-32C
   std::uint64_t cpu_overflow = 0;     // chunks resident in the CPU tier without an arena slot
   std::uint64_t gpu_overflow = 0;
   std::uint64_t raw_waits = 0;        // reads that waited for a pending store of their chunk
@@ -183,6 +185,8 @@ class HwExecutor : public Executor {
   std::uint32_t dio_offset_align() const;
   std::string store_path() const;
   Bytes slot_bytes() const;
+  // Chunks the store listed but dropped at open: their bytes failed the checksum (hw/chunk_store.h).
+  const std::vector<Status>& store_dropped_on_open() const;
 
  private:
   HwExecutor();

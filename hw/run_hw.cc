@@ -120,6 +120,15 @@ class HwBackend : public ExperimentBackend {
       }
       throw std::runtime_error("kvtier hw: cannot start the hardware executor: " + s.ToString());
     }
+    // A reopened store (hw.store_dir) never serves bytes that fail their checksum: say which
+    // chunks it dropped (prewarm stores them again).
+    const std::vector<Status>& dropped = executor_->store_dropped_on_open();
+    if (!dropped.empty()) {
+      std::fprintf(stderr,
+                   "kvtier hw: the chunk store in %s dropped %zu chunk(s) whose bytes did not "
+                   "read back intact, e.g. %s\n",
+                   xo_.store_dir.c_str(), dropped.size(), dropped.front().ToString().c_str());
+    }
   }
   ~HwBackend() override { executor_.reset(); }  // before store_dir_ removes its directory
 
@@ -215,6 +224,9 @@ class HwBackend : public ExperimentBackend {
     log.LogMetric("hw.staged_misses", double(xs.staged_misses));
     log.LogMetric("hw.source_standins", double(xs.source_standins));
     log.LogMetric("hw.compute_busy_s", xs.compute_busy_s);
+    log.LogMetric("hw.chunks_verified", double(xs.chunks_verified));
+    log.LogMetric("hw.crc_checked", double(xs.crc_checked));
+    log.LogMetric("hw.store_dropped_chunks", double(executor_->store_dropped_on_open().size()));
   }
 
  private:

@@ -422,46 +422,46 @@ TEST(HwExecutor, AStoreThatFillsUpFailsTheRunNamingTheCapacity) {
   EXPECT_TRUE(failed_write);
 }
 
-// hw.verify: a chunk whose bytes were corrupted on disk after it was stored fails the read
-// (the header check alone does not see it).
-TEST(HwExecutor, VerifyFailsAReadOfCorruptedBytes) {
-  ScratchDir dir;
+// A chunk whose bytes were corrupted on disk after it was stored fails the read: by its CRC-32C
+// without hw.verify (the header check alone does not see it), by the content check with it.
+// Reopening the store then drops the chunk rather than serve it.
+TEST(HwExecutor, ACorruptedChunkFailsTheReadWithOrWithoutVerify) {
   const ChunkId id = ChunkId::Make(6, KvKind::kValue, 0, 2);
   const SystemOptions sys = System("as", 0, 0);
-  {
-    std::unique_ptr<HwExecutor> ex;
-    ASSERT_TRUE(HwExecutor::Create(TinyModel(), HardwareOptions{}, Options(dir.path(), sys), &ex).ok());
-    ASSERT_TRUE(ex->Prepopulate(id, 128, false).ok());
-  }
-  {  // flip one byte past the header
-    UniqueFd fd(::open((dir.path() + "/chunks.dat").c_str(), O_RDWR));
-    ASSERT_GE(fd.get(), 0);
-    std::byte b{};
-    ASSERT_EQ(::pread(fd.get(), &b, 1, 100), 1);
-    b ^= std::byte{0x5A};
-    ASSERT_EQ(::pwrite(fd.get(), &b, 1, 100), 1);
-  }
   for (bool verify : {false, true}) {
-    SCOPED_TRACE(verify ? "verify" : "header only");
+    SCOPED_TRACE(verify ? "verify" : "header and CRC");
+    ScratchDir dir;
     HwExecutorOptions o = Options(dir.path(), sys);
     o.verify = verify;
     std::unique_ptr<HwExecutor> ex;
     ASSERT_TRUE(HwExecutor::Create(TinyModel(), HardwareOptions{}, o, &ex).ok());
+    ASSERT_TRUE(ex->Prepopulate(id, 128, false).ok());
+    {  // flip one byte past the header
+      UniqueFd fd(::open((dir.path() + "/chunks.dat").c_str(), O_RDWR));
+      ASSERT_GE(fd.get(), 0);
+      std::byte b{};
+      ASSERT_EQ(::pread(fd.get(), &b, 1, 100), 1);
+      b ^= std::byte{0x5A};
+      ASSERT_EQ(::pwrite(fd.get(), &b, 1, 100), 1);
+    }
     TransferOp op;
     op.kind = TransferKind::kSsdRead;
     op.bytes = 128;
     op.chunks.push_back({id, 128, {}});
     const OpId r = ex->Submit(op, {});
     const Status s = ex->Wait(r);
-    if (verify) {
-      EXPECT_EQ(s.code(), Status::Code::kIoError);
-      EXPECT_NE(s.message().find(DescribeChunk(id) + ": content check failed at byte 96"),
-                std::string::npos)
-          << s.message();
-    } else {
-      EXPECT_TRUE(s.ok()) << s.ToString();
-    }
-    EXPECT_EQ(ex->Retire(r).status.ok(), !verify);
+    EXPECT_EQ(s.code(), Status::Code::kIoError);
+    const std::string why = verify ? ": content check failed at byte 96"
+                                   : ": checksum mismatch: CRC-32C 0x";
+    EXPECT_NE(s.message().find(DescribeChunk(id) + why), std::string::npos) << s.message();
+    EXPECT_FALSE(ex->Retire(r).status.ok());
+    ex.reset();
+    ASSERT_TRUE(HwExecutor::Create(TinyModel(), HardwareOptions{}, o, &ex).ok());
+    ASSERT_EQ(ex->store_dropped_on_open().size(), 1u);
+    EXPECT_NE(ex->store_dropped_on_open()[0].message().find(DescribeChunk(id)), std::string::npos);
+    const OpId again = ex->Submit(op, {});
+    EXPECT_EQ(ex->Wait(again).code(), Status::Code::kNotFound);
+    ex->Retire(again);
   }
 }
 
