@@ -39,6 +39,21 @@ IoClass ClassOf(Purpose p) {
   }
 }
 
+// Which chunks a failed copy or gather was moving, for its error (the device's own text names
+// none): "chunk 0x... (segment 1, layer 0, K, index 0)", with "and N more" for several.
+// Empty for an op that lists no chunks (a bytes-only copy).
+std::string ChunksMoved(const TransferOp& op) {
+  if (op.chunks.empty()) return {};
+  std::string s = DescribeChunk(op.chunks.front().chunk);
+  if (op.chunks.size() > 1) s += " and " + std::to_string(op.chunks.size() - 1) + " more";
+  return s;
+}
+
+Status NameChunks(Status s, const TransferOp& op) {
+  if (s.ok() || op.chunks.empty()) return s;
+  return s.Annotate(ChunksMoved(op));
+}
+
 // A resource served in FIFO order, one job at a time (a "stream", notes/hw-path.md 6.6): a
 // persistent worker thread, which a caller may stand in for. Run(job, inline_ok) runs the job
 // on the calling thread when that is allowed and the lane is idle (nothing running, nothing
@@ -699,7 +714,7 @@ struct HwExecutor::Impl {
         outs.push_back({c->chunk, src, dst, stamp, out});
       }
     }
-    const Status status = device->Gather(pieces);
+    const Status status = NameChunks(device->Gather(pieces), op->t);
     for (const Out& o : outs) NoteIfOverwritten(o.src);
     {
       std::lock_guard<std::mutex> l(res_mu);
@@ -874,6 +889,7 @@ struct HwExecutor::Impl {
       status = device->Copy(h2d ? CopyDirection::kHostToDevice : CopyDirection::kDeviceToHost,
                             pieces, copies, release, &when);
     }
+    status = NameChunks(std::move(status), op->t);
     {
       std::lock_guard<std::mutex> l(stats_mu);
       (h2d ? st.bytes_h2d : st.bytes_d2h) += moved;
