@@ -48,23 +48,6 @@ Status ErrnoStatus(int err, const std::string& what) {
   return Status::IoError(what + ": " + ErrnoText(err));
 }
 
-// pwrite until done; returns 0 or the errno (EIO for a write that makes no progress).
-int PwriteAll(int fd, const void* buf, size_t bytes, uint64_t offset) {
-  const auto* p = static_cast<const std::byte*>(buf);
-  while (bytes > 0) {
-    ssize_t n = ::pwrite(fd, p, bytes, static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (n == 0) return EIO;
-    p += n;
-    bytes -= static_cast<size_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-  return 0;
-}
-
 Status FsyncDir(const std::string& dir) {
   UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!fd.valid()) return ErrnoStatus(errno, "open dir " + dir);
@@ -392,7 +375,12 @@ Status ChunkStore::Put(ChunkId id, std::span<const std::byte> data) {
   std::memcpy(bounce_.get(), data.data(), data.size());
   std::memset(bounce_.get() + data.size(), 0, extent - data.size());
 
-  if (int err = PwriteAll(write_fd_.get(), bounce_.get(), extent, *offset)) {
+  const std::span<const std::byte> bytes(bounce_.get(), extent);
+  const int write_err =
+      options_.write_hook == nullptr
+          ? PwriteAll(write_fd_.get(), bytes.data(), bytes.size(), *offset)
+          : options_.write_hook->WriteExtent(id, write_fd_.get(), bytes, *offset);
+  if (int err = write_err) {
     FreeExtent(*offset, extent);
     return ErrnoStatus(err, ChunkName(id) + ": write " + std::to_string(extent) +
                                 " bytes at offset " + std::to_string(*offset) + " of " +

@@ -62,11 +62,27 @@ using kvtier::DescribeChunk;
 // Every extent offset and allocation size is a multiple of this (page and NVMe LBA size).
 inline constexpr uint64_t kChunkAlign = 4096;
 
+// The seam fault injection writes through (hw/fault_injection.h): when ChunkStoreOptions::
+// write_hook is set, Put writes a chunk's extent with it instead of pwrite. Production runs
+// never set it (a plain pwrite, no indirection).
+class ChunkWriteHook {
+ public:
+  virtual ~ChunkWriteHook() = default;
+  // Writes `extent` (the chunk's bytes, zero-padded to a multiple of kChunkAlign) at `offset` of
+  // `fd`, as PwriteAll would: `fd` may be O_DIRECT, so a partial write must stay
+  // kChunkAlign-aligned. Returns 0 when every byte was written, else the errno that stopped it
+  // (some bytes may have landed: a torn write). It may also never return (a killed process).
+  // Called with the store's lock held, from the thread calling Put.
+  virtual int WriteExtent(ChunkId id, int fd, std::span<const std::byte> extent,
+                          uint64_t offset) = 0;
+};
+
 struct ChunkStoreOptions {
   std::string dir;              // Created if missing. Holds chunks.dat and manifest.log.
   uint64_t capacity_bytes = 0;  // Data file size; rounded up to kChunkAlign. REQUIRES: > 0.
   bool allow_buffered = false;  // Accept a file system that refuses O_DIRECT (recorded).
   bool sync = true;             // fdatasync data before each manifest record, and the record.
+  ChunkWriteHook* write_hook = nullptr;  // Fault injection only; not owned, outlives the store.
 };
 
 // Where a chunk's bytes are: `length` bytes at `offset` (kChunkAlign-aligned); the extent holds

@@ -16,6 +16,7 @@
 #include "core/op_graph.h"
 #include "hw/arena.h"
 #include "hw/chunk_store.h"
+#include "hw/fault_injection.h"
 #include "hw/posix_util.h"
 #include "models/layer_table.h"
 
@@ -1018,6 +1019,7 @@ Status HwExecutor::Create(const ModelSpec& model, const HardwareOptions& hardwar
   // Backend: host or CUDA (Unavailable when cuda is asked for without a device).
   KVTIER_RETURN_IF_ERROR(
       CreateDeviceBackend(options.backend, std::move(device), &m.clock, &m.device));
+  if (options.faults) m.device = options.faults->WrapBackend(std::move(m.device));
   if (options.wrap_backend) m.device = options.wrap_backend(std::move(m.device));
 
   // Slot size: the largest chunk record (a K or V chunk, or a probe-key chunk).
@@ -1077,6 +1079,7 @@ Status HwExecutor::Create(const ModelSpec& model, const HardwareOptions& hardwar
   so.capacity_bytes = options.store_capacity;
   so.allow_buffered = options.allow_buffered;
   so.sync = options.store_sync;
+  if (options.faults) so.write_hook = options.faults->write_hook();
   KVTIER_RETURN_IF_ERROR(ChunkStore::Open(so, &m.store));
   IoEngineOptions io;
   io.backend = options.io_backend;
@@ -1086,6 +1089,7 @@ Status HwExecutor::Create(const ModelSpec& model, const HardwareOptions& hardwar
   io.prefetch_max_bytes = io.max_bytes_in_flight * 3 / 4;
   io.pread_threads = std::max<std::uint32_t>(1, std::min<std::uint32_t>(options.queue_depth, 16));
   KVTIER_RETURN_IF_ERROR(IoEngine::Create(m.store->read_fd(), io, &m.io));
+  if (options.faults) m.io = options.faults->WrapIoEngine(std::move(m.io));
 
   m.inline_copies = m.device->kind() == BackendKind::kHost;
   m.h2d_lane = std::make_unique<Lane>();

@@ -77,6 +77,8 @@
 
 namespace kvtier::hw {
 
+class FaultInjector;
+
 struct HwExecutorOptions {
   BackendKind backend = BackendKind::kAuto;
   ComputeMode compute = ComputeMode::kModeled;
@@ -96,6 +98,9 @@ struct HwExecutorOptions {
   Bytes gpu_capacity = 0;               // cache.gpu_capacity
   // Tests: wraps the backend Create made (DeviceBackendWrapper), e.g. to fail one copy.
   std::function<std::unique_ptr<DeviceBackend>(std::unique_ptr<DeviceBackend>)> wrap_backend;
+  // Fault injection (hw.fault_injection; hw/fault_injection.h): when set, the I/O engine, the
+  // chunk store's writes and the device backend go through it. Null in a normal run.
+  std::shared_ptr<FaultInjector> faults;
 };
 
 // What the executor did, for the run's metrics and the tests.

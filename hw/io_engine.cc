@@ -95,16 +95,12 @@ class Scheduler {
     ReadResult& r = p->result;
     if (res < 0) {
       if (r.status.ok()) {
-        r.status = Status::IoError(ChunkName(r.chunk_id) + ": read " + std::to_string(s.length) +
-                                   " bytes at offset " + std::to_string(s.offset) + ": " +
-                                   ErrnoText(static_cast<int>(-res)));
+        r.status = ReadErrnoStatus(r.chunk_id, s.length, s.offset, static_cast<int>(-res));
       }
     } else if (static_cast<uint64_t>(res) < s.length) {
       r.bytes += static_cast<uint64_t>(res);
       if (r.status.ok()) {
-        r.status = Status::IoError(ChunkName(r.chunk_id) + ": short read " + std::to_string(res) +
-                                   " < " + std::to_string(s.length) + " bytes at offset " +
-                                   std::to_string(s.offset));
+        r.status = ShortReadStatus(r.chunk_id, static_cast<uint64_t>(res), s.length, s.offset);
       }
     } else {
       r.bytes += s.length;
@@ -457,6 +453,16 @@ class PreadEngine final : public IoEngine {
 };
 
 }  // namespace
+
+Status ReadErrnoStatus(ChunkId chunk, uint64_t length, uint64_t offset, int err) {
+  return Status::IoError(ChunkName(chunk) + ": read " + std::to_string(length) +
+                         " bytes at offset " + std::to_string(offset) + ": " + ErrnoText(err));
+}
+
+Status ShortReadStatus(ChunkId chunk, uint64_t got, uint64_t length, uint64_t offset) {
+  return Status::IoError(ChunkName(chunk) + ": short read " + std::to_string(got) + " < " +
+                         std::to_string(length) + " bytes at offset " + std::to_string(offset));
+}
 
 std::string_view IoClassName(IoClass c) {
   switch (c) {

@@ -102,6 +102,13 @@ struct IoEngineStats {
   uint64_t max_bytes_in_flight_seen = 0;
 };
 
+// The Status a read of `length` bytes at `offset` of chunk `chunk` completes with when it failed
+// with errno `err` (ReadErrnoStatus), or delivered only `got` bytes (ShortReadStatus): IoError
+// naming the chunk, the bytes, the offset and the errno text. The engines use them, and so does
+// the fault injection (hw/fault_injection.h), so an injected failure reads like a real one.
+Status ReadErrnoStatus(ChunkId chunk, uint64_t length, uint64_t offset, int err);
+Status ShortReadStatus(ChunkId chunk, uint64_t got, uint64_t length, uint64_t offset);
+
 class IoEngine {
  public:
   // Creates an engine reading `fd` (not owned). Unavailable when Backend::kIoUring is forced and

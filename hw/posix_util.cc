@@ -18,6 +18,22 @@ std::string ErrnoText(int err) {
   return std::string(msg) + " (errno " + std::to_string(err) + ")";
 }
 
+int PwriteAll(int fd, const void* buf, size_t bytes, uint64_t offset) {
+  const auto* p = static_cast<const std::byte*>(buf);
+  while (bytes > 0) {
+    ssize_t n = ::pwrite(fd, p, bytes, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (n == 0) return EIO;
+    p += n;
+    bytes -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return 0;
+}
+
 int64_t MonotonicNowNs() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -25,6 +25,10 @@ void SleepUntilNs(int64_t target_ns);
 // set it to 1 ns with this.
 void PreciseTimers();
 
+// pwrite of all `bytes` at `offset`, continuing after partial writes and EINTR. Returns 0, or the
+// errno that stopped it (EIO for a write that makes no progress); some bytes may have landed.
+int PwriteAll(int fd, const void* buf, size_t bytes, uint64_t offset);
+
 // Owns a file descriptor; closes it on destruction. Move-only.
 class UniqueFd {
  public:

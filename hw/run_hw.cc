@@ -16,6 +16,7 @@
 #include "core/pipeline.h"
 #include "core/stored_layout.h"
 #include "driver/experiment.h"
+#include "hw/fault_injection.h"
 #include "hw/store_dir.h"
 
 namespace kvtier::hw {
@@ -60,6 +61,9 @@ HwExecutorOptions BuildHwExecutorOptions(const Config& config, const ExperimentO
   o.ring_bytes = config.GetBytes("hw.ring");
   o.pace_pcie = config.GetBool("hw.pace_pcie");
   o.verify = config.GetBool("hw.verify");
+  FaultPlan faults =
+      ParseFaultPlan(config.GetString("hw.fault_injection"), config.Where("hw.fault_injection"));
+  if (!faults.empty()) o.faults = std::make_shared<FaultInjector>(std::move(faults));
   o.queue_depth = std::uint32_t(opts.hardware.ssd_queue_depth);
   o.chunk_tokens = opts.system.chunk_tokens;
   o.probe_heads = opts.system.itf_options.probe_heads;
@@ -119,6 +123,10 @@ class HwBackend : public ExperimentBackend {
         throw ConfigError("kvtier hw: " + s.message());
       }
       throw std::runtime_error("kvtier hw: cannot start the hardware executor: " + s.ToString());
+    }
+    if (xo_.faults) {
+      std::fprintf(stderr, "kvtier hw: fault injection on (hw.fault_injection = %s)\n",
+                   xo_.faults->plan().spec.c_str());
     }
     // A reopened store (hw.store_dir) never serves bytes that fail their checksum: say which
     // chunks it dropped (prewarm stores them again).
@@ -227,6 +235,18 @@ class HwBackend : public ExperimentBackend {
     log.LogMetric("hw.chunks_verified", double(xs.chunks_verified));
     log.LogMetric("hw.crc_checked", double(xs.crc_checked));
     log.LogMetric("hw.store_dropped_chunks", double(executor_->store_dropped_on_open().size()));
+    if (xo_.faults) {
+      // What was injected: one row per kind the plan names (docs/reliability.md).
+      for (const FaultKindInfo& k : FaultKinds()) {
+        const auto& rules = xo_.faults->plan().rules;
+        if (std::none_of(rules.begin(), rules.end(),
+                         [&](const FaultRule& r) { return r.kind == k.kind; })) {
+          continue;
+        }
+        log.LogMetric("fault." + std::string(k.name) + ".injected",
+                      double(xo_.faults->injected(k.kind)));
+      }
+    }
   }
 
  private:

@@ -12,6 +12,9 @@ foreach(t hw_cli_test hw_run_test)
 endforeach()
 kvtier_add_test(NAME hw_device_backend_test SOURCES device_backend_test.cc
                 LIBS kvtier_hw kvtier_testutil LABELS unit)
+# Fault injection (issue 18): read, write and device faults at their seams and as failed runs.
+kvtier_add_test(NAME hw_fault_injection_test SOURCES fault_injection_test.cc
+                LIBS kvtier_hw kvtier_testutil LABELS unit)
 kvtier_add_test(NAME hw_cake_test SOURCES hw_cake_test.cc
                 LIBS kvtier_hw kvtier_testutil LABELS unit)
 # Transfer strategies (DESIGN-14): the pieces, batched calls, device gathers, CPU gathers and
