@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -211,6 +212,25 @@ TEST(KvtierHwFailure, ACorruptedStoreIsDroppedOnReopenNeverServed) {
   sqlite3_close(db);
 }
 
+// hw.verify failures fail the run (issue 12): a chunk torn under the store's feet (a write the
+// device acknowledged but did not finish, injected) is read with verify on: the content check
+// names the first wrong byte, exit 3.
+TEST(KvtierHwFailure, VerifyFailsARunThatReadsATornChunk) {
+  testing::ScratchDir dir;
+  const std::string exp = MakeExperiment(dir.path(), "verify = true\n");
+  std::string out;
+  EXPECT_EQ(RunCmd(Kvtier() + " hw --config " + exp + " --out " + dir.path() +
+                       "/r.sqlite --hw.fault_injection=torn_write_silent@*",
+                   &out),
+            3)
+      << out;
+  for (const char* part : {"run failed", "content check failed at byte ", "ssd_read ("}) {
+    EXPECT_NE(out.find(part), std::string::npos) << out;
+  }
+  ExpectFailedRun(dir.path() + "/r.sqlite",
+                  {"IoError: ssd_read (", "content check failed at byte ", "chunk 0x"});
+}
+
 // `kvtier validate` fails when its hw run fails, and compares nothing.
 TEST(KvtierHwFailure, ValidateFailsWhenItsHwRunFails) {
   testing::ScratchDir dir;
@@ -380,6 +400,198 @@ TEST(KvtierHw, ChunkStoreOfASigkilledRunIsRemovedByTheNextRun) {
       << out;
   EXPECT_FALSE(std::filesystem::exists(db + ".store-as"));
   EXPECT_FALSE(std::filesystem::exists(db + ".store-recomp"));
+}
+
+// --- Fault injection (issue 18; docs/reliability.md "Fault injection") ---
+
+// One injected fault per run, through `--hw.fault_injection`: kvtier hw exits 3, says "run
+// failed" naming the operation, the chunk and the errno or CUDA text, and the database shows a
+// failed run (status 'failed', the error, the failed transfer) with the injection recorded in
+// its config and metrics.
+struct CliFault {
+  const char* spec;
+  const char* kind;  // metric fault.<kind>.injected
+  std::vector<const char*> parts;
+  friend void PrintTo(const CliFault& f, std::ostream* os) { *os << f.spec; }
+};
+
+class KvtierHwFault : public ::testing::TestWithParam<CliFault> {};
+
+TEST_P(KvtierHwFault, IsAFailedRunExitThreeNamingTheChunk) {
+  const CliFault& f = GetParam();
+  testing::ScratchDir dir;
+  const std::string exp = MakeExperiment(dir.path(), "");
+  const std::string db = dir.path() + "/r.sqlite";
+  std::string out;
+  EXPECT_EQ(RunCmd(Kvtier() + " hw --config " + exp + " --out " + db +
+                       " --hw.fault_injection=" + f.spec,
+                   &out),
+            3)
+      << out;
+  EXPECT_NE(out.find(std::string("fault injection on (hw.fault_injection = ") + f.spec + ")"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("kvtier hw (as): run failed: system as, run 1: "), std::string::npos) << out;
+  std::vector<std::string> parts(f.parts.begin(), f.parts.end());
+  parts.push_back("chunk 0x");
+  for (const std::string& part : parts) EXPECT_NE(out.find(part), std::string::npos) << out;
+  ExpectFailedRun(db, parts);
+  sqlite3* h = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+  const double injected =
+      Scalar(h, std::string("SELECT value FROM metrics WHERE name = 'fault.") + f.kind +
+                    ".injected'");
+  if (std::string(f.spec).find("@*") == std::string::npos) {
+    EXPECT_EQ(injected, 1);
+  } else {
+    EXPECT_GE(injected, 1);
+  }
+  EXPECT_EQ(Scalar(h, std::string("SELECT COUNT(*) FROM runs WHERE config LIKE "
+                                  "'%hw.fault_injection = ") + f.spec + "%'"),
+            1);
+  sqlite3_close(h);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Injected, KvtierHwFault,
+    ::testing::Values(
+        CliFault{"read_eio@2", "read_eio", {"IoError: ssd_read (", "Input/output error (errno 5)"}},
+        CliFault{"short_read@2", "short_read", {"IoError: ssd_read (", ": short read "}},
+        CliFault{"write_enospc@1", "write_enospc",
+                 {"ssd_write (store, request 0)", "OutOfSpace: ", "No space left on device"}},
+        CliFault{"write_eio@3", "write_eio",
+                 {"ssd_write (store, request 0)", "IoError: ", "Input/output error (errno 5)"}},
+        CliFault{"torn_write@2", "torn_write",
+                 {"ssd_write (store, request 0)", "bytes at offset ", "Input/output error"}},
+        CliFault{"torn_write_silent@*", "torn_write_silent",
+                 {"IoError: ssd_read (", ": checksum mismatch: CRC-32C 0x"}},
+        CliFault{"device_h2d@1", "device_h2d",
+                 {"CudaError: h2d (", "injected device_h2d: "}}),
+    [](const ::testing::TestParamInfo<CliFault>& info) {
+      std::string name;
+      bool up = true;
+      for (const char* c = info.param.kind; *c; ++c) {
+        if (*c == '_') {
+          up = true;
+          continue;
+        }
+        name += up ? char(std::toupper(*c)) : *c;
+        up = false;
+      }
+      return name;
+    });
+
+// Slow I/O is not a failure: every read is held 20 ms and the run completes, each SSD read
+// lasting at least that long.
+TEST(KvtierHwFaultSlowIo, SlowReadsCompleteAndTheRunSucceeds) {
+  testing::ScratchDir dir;
+  const std::string exp = MakeExperiment(dir.path(), "verify = true\n");
+  const std::string db = dir.path() + "/r.sqlite";
+  std::string out;
+  ASSERT_EQ(RunCmd(Kvtier() + " hw --config " + exp + " --out " + db +
+                       " --hw.fault_injection=slow_read@*=20ms",
+                   &out),
+            0)
+      << out;
+  sqlite3* h = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+  EXPECT_EQ(Text(h, "SELECT status FROM runs"), "ok");
+  EXPECT_EQ(Scalar(h, "SELECT complete FROM runs"), 1);
+  EXPECT_EQ(Scalar(h, "SELECT COUNT(*) FROM requests WHERE status != 'ok'"), 0);
+  EXPECT_EQ(Scalar(h, "SELECT COUNT(*) FROM transfers WHERE status != 'ok'"), 0);
+  const double reads = Scalar(h, "SELECT value FROM metrics WHERE name = 'hw.ssd_reads'");
+  EXPECT_GT(reads, 0);
+  EXPECT_EQ(Scalar(h, "SELECT value FROM metrics WHERE name = 'fault.slow_read.injected'"), reads);
+  EXPECT_GT(Scalar(h, "SELECT value FROM metrics WHERE name = 'hw.crc_checked'"), 0);
+  EXPECT_GE(Scalar(h, "SELECT MIN(end_s - start_s) FROM transfers WHERE kind = 'ssd_read'"),
+            0.020 - 1e-6);
+  sqlite3_close(h);
+}
+
+// A run killed in the middle of a chunk write (prewarm's 5th), on a persistent store: the run
+// stays incomplete ('running', as any killed run), and the next run reopens the store, finds
+// no record of the torn chunk, stores it again and completes with every chunk verified.
+TEST(KvtierHwFaultTornWrite, AKilledWriteIsNeverAcceptedByTheNextRun) {
+  testing::ScratchDir dir;
+  const std::string store = dir.path() + "/store";
+  const std::string exp = MakeExperiment(
+      dir.path(), "store_dir = " + store + "\nstore_capacity = 64MiB\nverify = true\n"
+                  "[run]\nprewarm = true\n");
+  std::string out;
+  EXPECT_EQ(RunCmd(Kvtier() + " hw --config " + exp + " --out " + dir.path() +
+                       "/killed.sqlite --hw.fault_injection=torn_write_kill@5",
+                   &out),
+            128 + SIGKILL)
+      << out;
+  EXPECT_NE(out.find("fault injection: torn_write_kill: chunk 0x"), std::string::npos) << out;
+  sqlite3* h = nullptr;
+  ASSERT_EQ(sqlite3_open((dir.path() + "/killed.sqlite").c_str(), &h), SQLITE_OK);
+  EXPECT_EQ(Text(h, "SELECT status FROM runs"), "running");
+  EXPECT_EQ(Scalar(h, "SELECT complete FROM runs"), 0);
+  sqlite3_close(h);
+  out.clear();
+  ASSERT_EQ(RunCmd(Kvtier() + " hw --config " + exp + " --out " + dir.path() + "/next.sqlite",
+                   &out),
+            0)
+      << out;
+  EXPECT_EQ(out.find("dropped"), std::string::npos) << out;  // no record pointed at the tear
+  ASSERT_EQ(sqlite3_open((dir.path() + "/next.sqlite").c_str(), &h), SQLITE_OK);
+  EXPECT_EQ(Text(h, "SELECT status FROM runs"), "ok");
+  EXPECT_EQ(Scalar(h, "SELECT COUNT(*) FROM requests WHERE status != 'ok'"), 0);
+  EXPECT_GT(Scalar(h, "SELECT value FROM metrics WHERE name = 'hw.chunks_verified'"), 0);
+  EXPECT_GT(Scalar(h, "SELECT value FROM metrics WHERE name = 'hw.crc_checked'"), 0);
+  EXPECT_EQ(Scalar(h, "SELECT value FROM metrics WHERE name = 'hw.store_dropped_chunks'"), 0);
+  sqlite3_close(h);
+}
+
+// A torn write the device acknowledged (prewarm's 3rd chunk) leaves a record pointing at
+// half-written bytes. Whatever the first run read, the next run's reopen reads the chunk back,
+// drops it on its checksum, says so, stores it again and completes.
+TEST(KvtierHwFaultTornWrite, AnAcknowledgedTearIsDroppedWhenTheStoreIsReopened) {
+  testing::ScratchDir dir;
+  const std::string store = dir.path() + "/store";
+  const std::string exp = MakeExperiment(
+      dir.path(), "store_dir = " + store + "\nstore_capacity = 64MiB\nverify = true\n"
+                  "[run]\nprewarm = true\n");
+  std::string out;
+  const int first = RunCmd(Kvtier() + " hw --config " + exp + " --out " + dir.path() +
+                               "/first.sqlite --hw.fault_injection=torn_write_silent@3",
+                           &out);
+  // It fails if it read the torn chunk (never silently), and succeeds if it did not.
+  if (first != 0) {
+    EXPECT_EQ(first, 3) << out;
+    EXPECT_NE(out.find("content check failed"), std::string::npos) << out;
+  }
+  out.clear();
+  ASSERT_EQ(RunCmd(Kvtier() + " hw --config " + exp + " --out " + dir.path() + "/next.sqlite",
+                   &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("dropped 1 chunk(s) whose bytes did not read back intact, e.g. IoError: "
+                     "chunk 0x"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("checksum mismatch"), std::string::npos) << out;
+  sqlite3* h = nullptr;
+  ASSERT_EQ(sqlite3_open((dir.path() + "/next.sqlite").c_str(), &h), SQLITE_OK);
+  EXPECT_EQ(Text(h, "SELECT status FROM runs"), "ok");
+  EXPECT_EQ(Scalar(h, "SELECT value FROM metrics WHERE name = 'hw.store_dropped_chunks'"), 1);
+  EXPECT_EQ(Scalar(h, "SELECT COUNT(*) FROM requests WHERE status != 'ok'"), 0);
+  sqlite3_close(h);
+}
+
+// A bad plan is bad input: exit 2 naming the key, from `config --check` as from a run.
+TEST(KvtierHwFaultPlan, ABadPlanIsRejectedByTheCheckAndTheRun) {
+  testing::ScratchDir dir;
+  const std::string exp = MakeExperiment(dir.path(), "fault_injection = read_eio@0\n");
+  for (const std::string cmd : {" config --check --config " + exp,
+                                " hw --config " + exp + " --out " + dir.path() + "/r.sqlite"}) {
+    std::string out;
+    EXPECT_EQ(RunCmd(Kvtier() + cmd, &out), 2) << cmd << "\n" << out;
+    EXPECT_NE(out.find("exp.ini:15: hw.fault_injection: 'read_eio@0': events are counted from 1"),
+              std::string::npos)
+        << out;
+  }
 }
 
 }  // namespace
