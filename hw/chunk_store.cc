@@ -251,16 +251,42 @@ Status ChunkStore::VerifyLiveChunks() {
   }
   if (by_offset.empty()) return Status::OK();
   std::sort(by_offset.begin(), by_offset.end());
-  AlignedBuffer buf = AllocateAligned(largest, kChunkAlign);
+  // Neighbouring extents are read together, up to kVerifySpan bytes per read and never across a
+  // gap above kVerifyGap: one 24 KiB pread per chunk ran at 0.11 GB/s on this VM's disk.
+  constexpr uint64_t kVerifySpan = 8ull << 20, kVerifyGap = 1ull << 20;
+  AlignedBuffer buf = AllocateAligned(std::max(largest, kVerifySpan), kChunkAlign);
   if (!buf) return Status::Internal("chunk store: cannot allocate a verification buffer");
   std::vector<ChunkId> bad;
-  for (const auto& [offset, id] : by_offset) {
-    const ChunkLocation& loc = chunks_[id];
-    Status s = ReadExtent(id, loc, buf.get());
-    if (s.ok()) s = CheckChunkCrc(id, loc, buf.get(), data_path_);
-    if (s.ok()) continue;
+  auto check = [&](ChunkId id, const ChunkLocation& loc, Status s, const std::byte* bytes) {
+    if (s.ok()) s = CheckChunkCrc(id, loc, bytes, data_path_);
+    if (s.ok()) return;
     bad.push_back(id);
     dropped_on_open_.push_back(std::move(s));
+  };
+  for (size_t i = 0; i < by_offset.size();) {
+    const uint64_t start = by_offset[i].first;
+    uint64_t end = start;
+    size_t j = i;
+    for (; j < by_offset.size(); ++j) {
+      const ChunkLocation& loc = chunks_[by_offset[j].second];
+      const uint64_t e = loc.offset + loc.extent_bytes();
+      if (j > i && (e - start > kVerifySpan || loc.offset > end + kVerifyGap)) break;
+      end = std::max(end, e);
+    }
+    ChunkLocation span{start, end - start, 0};
+    if (ReadExtent(by_offset[i].second, span, buf.get()).ok()) {
+      for (size_t k = i; k < j; ++k) {
+        const ChunkLocation& loc = chunks_[by_offset[k].second];
+        check(by_offset[k].second, loc, Status::OK(), buf.get() + (loc.offset - start));
+      }
+    } else {  // read chunk by chunk, so an unreadable block drops only its chunk
+      for (size_t k = i; k < j; ++k) {
+        const ChunkLocation& loc = chunks_[by_offset[k].second];
+        check(by_offset[k].second, loc, ReadExtent(by_offset[k].second, loc, buf.get()),
+              buf.get());
+      }
+    }
+    i = j;
   }
   for (ChunkId id : bad) {
     KVTIER_RETURN_IF_ERROR(AppendRecord(kRecordRemove, id, ChunkLocation{}));
