@@ -51,6 +51,18 @@ std::string_view Trim(std::string_view s) {
 
 std::span<const FaultKindInfo> FaultKinds() { return kKinds; }
 
+std::string_view FaultClassName(FaultClass c) {
+  switch (c) {
+    case FaultClass::kRead: return "read";
+    case FaultClass::kWrite: return "write";
+    case FaultClass::kH2D: return "h2d";
+    case FaultClass::kD2H: return "d2h";
+    case FaultClass::kGather: return "gather";
+    case FaultClass::kCompute: return "compute";
+  }
+  return "?";
+}
+
 const FaultKindInfo& Info(FaultKind kind) { return kKinds[static_cast<int>(kind)]; }
 
 FaultPlan ParseFaultPlan(std::string_view spec, const std::string& where) {

@@ -46,6 +46,7 @@ enum class FaultKind : std::uint8_t {
 // The classes events are counted in (one counter each).
 enum class FaultClass : std::uint8_t { kRead, kWrite, kH2D, kD2H, kGather, kCompute };
 inline constexpr int kNumFaultClasses = 6;
+std::string_view FaultClassName(FaultClass c);  // "read", "write", "h2d", "d2h", "gather", "compute"
 inline constexpr int kNumFaultKinds = 12;
 
 struct FaultKindInfo {

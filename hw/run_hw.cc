@@ -236,7 +236,13 @@ class HwBackend : public ExperimentBackend {
     log.LogMetric("hw.crc_checked", double(xs.crc_checked));
     log.LogMetric("hw.store_dropped_chunks", double(executor_->store_dropped_on_open().size()));
     if (xo_.faults) {
-      // What was injected: one row per kind the plan names (docs/reliability.md).
+      // Events per class (what a plan's N counts: a plan that never fires measures them) and
+      // what was injected, one row per kind the plan names (docs/reliability.md).
+      for (int c = 0; c < kNumFaultClasses; ++c) {
+        const auto cls = static_cast<FaultClass>(c);
+        log.LogMetric("fault.events." + std::string(FaultClassName(cls)),
+                      double(xo_.faults->events(cls)));
+      }
       for (const FaultKindInfo& k : FaultKinds()) {
         const auto& rules = xo_.faults->plan().rules;
         if (std::none_of(rules.begin(), rules.end(),

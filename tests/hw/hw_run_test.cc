@@ -502,6 +502,7 @@ TEST(KvtierHwFaultSlowIo, SlowReadsCompleteAndTheRunSucceeds) {
   const double reads = Scalar(h, "SELECT value FROM metrics WHERE name = 'hw.ssd_reads'");
   EXPECT_GT(reads, 0);
   EXPECT_EQ(Scalar(h, "SELECT value FROM metrics WHERE name = 'fault.slow_read.injected'"), reads);
+  EXPECT_EQ(Scalar(h, "SELECT value FROM metrics WHERE name = 'fault.events.read'"), reads);
   EXPECT_GT(Scalar(h, "SELECT value FROM metrics WHERE name = 'hw.crc_checked'"), 0);
   EXPECT_GE(Scalar(h, "SELECT MIN(end_s - start_s) FROM transfers WHERE kind = 'ssd_read'"),
             0.020 - 1e-6);
