@@ -7,7 +7,8 @@
 #       the benchmarks (ctest -LE bench), LeakSanitizer on. The `kvtier` binary the CLI tests run
 #       is instrumented too, so their bad-input paths are checked for leaks and UB as well.
 # tsan: build-tsan/, GCC -fsanitize=thread, the tests whose code runs threads: the io_uring /
-#       pread I/O engine, the hardware executor (its worker lanes), arenas and the chunk store.
+#       pread I/O engine, the hardware executor (its worker lanes), arenas, the chunk store and
+#       the fault injection's decorators (the slow-read timer thread).
 #       Not the simulator: SimGrid switches its actors' stacks itself (raw/ucontext contexts),
 #       which ThreadSanitizer cannot follow (false reports and crashes), and the simulator runs
 #       on one thread anyway; not the CLI tests, whose children are SimGrid processes.
@@ -53,7 +54,8 @@ run_asan() {
 run_tsan() {
   local dir=build-tsan
   configure "$dir" "-fsanitize=thread"
-  local targets=(hw_io_engine_test hw_executor_test hw_arena_test hw_chunk_store_test)
+  local targets=(hw_io_engine_test hw_executor_test hw_arena_test hw_chunk_store_test
+                 hw_fault_injection_test)
   local t0=$SECONDS
   nice -n "$nice_n" cmake --build "$dir" -j "$jobs" --target "${targets[@]}" >"$dir/build.log" 2>&1 ||
     { tail -30 "$dir/build.log"; return 1; }
