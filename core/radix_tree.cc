@@ -108,6 +108,7 @@ RadixTree::Node* RadixTree::Split(Node* node, std::int64_t at) {
   Node* upper_raw = upper.get();
   upper->children.emplace(lower->symbols.front(), std::move(lower));
   nodes_[upper_raw->id] = upper_raw;
+  segment_nodes_[upper_raw->segment].push_back(upper_raw);
   slot->second = std::move(upper);
   return upper_raw;
 }
@@ -154,6 +155,7 @@ std::uint32_t RadixTree::Insert(std::span<const std::uint64_t> symbols, const Ma
   leaf->segment_begin = 0;
   const std::uint32_t segment = leaf->segment;
   nodes_[leaf->id] = leaf.get();
+  segment_nodes_[segment].push_back(leaf.get());
   node->children.emplace(leaf->symbols.front(), std::move(leaf));
   stored_tokens_ += new_tokens;
   return segment;
@@ -161,12 +163,12 @@ std::uint32_t RadixTree::Insert(std::span<const std::uint64_t> symbols, const Ma
 
 std::vector<std::pair<std::int64_t, std::int64_t>> RadixTree::NodeRanges(std::uint32_t id) const {
   std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
-  for (const auto& [node_id, node] : nodes_) {
-    if (node->segment == id) {
-      ranges.emplace_back(node->segment_begin,
-                          node->segment_begin +
-                              std::int64_t(node->symbols.size()) * tokens_per_symbol_);
-    }
+  auto it = segment_nodes_.find(id);
+  if (it == segment_nodes_.end()) return ranges;
+  for (const Node* node : it->second) {
+    ranges.emplace_back(node->segment_begin,
+                        node->segment_begin +
+                            std::int64_t(node->symbols.size()) * tokens_per_symbol_);
   }
   std::sort(ranges.begin(), ranges.end());
   return ranges;
@@ -223,8 +225,12 @@ std::uint32_t RadixTree::Repack(std::uint32_t old_id, std::span<const float> imp
   seg.tokens = it->second.tokens;
   PackByImportance(RepackRanges(old_id), importance, chunk_tokens_, &seg);
   const std::uint32_t new_id = seg.id;
-  for (auto& [node_id, node] : nodes_) {
-    if (node->segment == old_id) node->segment = new_id;
+  auto refs = segment_nodes_.find(old_id);
+  if (refs != segment_nodes_.end()) {
+    for (Node* node : refs->second) node->segment = new_id;
+    std::vector<Node*> moved = std::move(refs->second);
+    segment_nodes_.erase(refs);
+    segment_nodes_[new_id] = std::move(moved);
   }
   segments_.erase(it);
   segments_.emplace(new_id, std::move(seg));
@@ -274,6 +280,14 @@ void RadixTree::CheckInvariants() const {
     }
   }
   KVTIER_CHECK(visited == nodes_.size(), "node index matches the tree");
+  std::size_t indexed = 0;
+  for (const auto& [id, refs] : segment_nodes_) {
+    for (const Node* node : refs) {
+      KVTIER_CHECK(node->segment == id, "a segment's node index names another segment's node");
+    }
+    indexed += refs.size();
+  }
+  KVTIER_CHECK(indexed == nodes_.size(), "the segment node index covers every node once");
   KVTIER_CHECK(tokens == stored_tokens_, "stored tokens match the tree");
   for (const auto& [id, seg] : segments_) {
     KVTIER_CHECK(!seg.stored.empty() || !seg.reordered, "reordered segments have positions");

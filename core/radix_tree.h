@@ -128,6 +128,9 @@ class RadixTree {
   int chunk_tokens_;
   std::unique_ptr<Node> root_;
   std::unordered_map<std::uint64_t, Node*> nodes_;  // id -> node
+  // Segment id -> the nodes that reference it (NodeRanges and Repack visit only these: a scan
+  // of every node per segment made the reorderer's passes quadratic in the tree's size).
+  std::unordered_map<std::uint32_t, std::vector<Node*>> segment_nodes_;
   std::unordered_map<std::uint32_t, Segment> segments_;
   std::uint32_t next_segment_ = 1;
   std::uint64_t next_node_ = 1;
