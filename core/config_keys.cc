@@ -51,6 +51,9 @@ constexpr KeySpec kKeys[] = {
     {"ssd.capacity", K::kBytes, "2TB", nullptr, "SSD capacity for prefix KV"},
     {"ssd.background_share", K::kDouble, "0.25", nullptr,
      "share of SSD bandwidth background writes and repacks may use (sim), in (0, 1]"},
+    {"ssd.background_ops", K::kInt, "0", nullptr,
+     "background SSD transfers (stores, repacks) the simulator runs at once, the rest waiting "
+     "in FIFO order; 0 = no limit: all share the device max-min fairly (docs/performance.md)"},
     {"cpu.memcpy_bw", K::kBandwidth, "10GB/s", nullptr, "host memcpy bandwidth, bytes/s"},
     {"cpu.gather_bw", K::kBandwidth, "8GB/s", nullptr, "bandwidth of gathering rows out of chunks"},
     {"cpu.op_overhead", K::kDuration, "0us", nullptr,

@@ -94,6 +94,11 @@ HardwareOptions BuildHardwareOptions(const Config& c) {
   if (!(h.ssd_background_share > 0 && h.ssd_background_share <= 1)) {
     throw ConfigError(c.Where("ssd.background_share") + ": must be in (0, 1]");
   }
+  h.ssd_background_ops = int(c.GetInt("ssd.background_ops"));
+  if (h.ssd_background_ops < 0) {
+    throw ConfigError(c.Where("ssd.background_ops") + ": must be >= 0 (0: no limit), got " +
+                      c.GetString("ssd.background_ops"));
+  }
   h.cpu_memcpy_bw = Positive(c, "cpu.memcpy_bw", c.GetBandwidth("cpu.memcpy_bw"));
   h.cpu_gather_bw = Positive(c, "cpu.gather_bw", c.GetBandwidth("cpu.gather_bw"));
   h.cpu_op_overhead = c.GetDuration("cpu.op_overhead");

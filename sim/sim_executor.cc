@@ -7,6 +7,7 @@
 #include <cmath>
 #include <exception>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <set>
 #include <span>
@@ -37,6 +38,7 @@ struct SimExecutor::Impl {
     bool background = false;  // store/reorder SSD traffic: capped at ssd.background_share
     bool in_overhead = false;  // running the cpu.op_overhead delay that precedes the transfer
     bool device_gather = false;  // an H2D kDeviceGather: slows the GPU while it runs
+    bool queued = false;  // a background SSD transfer counted in ssd.background_ops
     TransferKind kind = TransferKind::kSsdRead;
     double amount = 0;  // payload bytes (transfers, latency included) or flops (execs)
     Seconds submit_s = 0, start_s = 0, end_s = 0;
@@ -56,6 +58,10 @@ struct SimExecutor::Impl {
   // second pstate, 1 - gpu.gather_sm_share: compute overlapping a gather kernel shares the SMs
   // with it (transfer.strategy = device_gather), for exactly the overlap.
   int gathers_running = 0;
+  // ssd.background_ops > 0: at most that many background SSD transfers run at once; the
+  // others wait here, oldest first (Start, Finish). 0: no limit, as SimGrid shares them all.
+  int background_running = 0;
+  std::deque<OpId> background_waiting;
   void GatherStarted() {
     if (gathers_running++ == 0) gpu->set_pstate(1);
   }
@@ -125,7 +131,10 @@ struct SimExecutor::Impl {
   void Leave();
 
   void BuildPlatform();
+  // Its dependencies are done: starts it, or queues it behind ssd.background_ops.
   void Start(OpId id);
+  // Starts it now (its issue overhead, then the activity).
+  void Begin(OpId id);
   void StartActivity(OpId id);
   void Launch(OpId id, sg4::ActivityPtr act);  // starts it for `id` and tracks it
   // Numbers a submitted op, records its pending dependencies and starts it if it has none.
@@ -181,11 +190,24 @@ void SimExecutor::Impl::BuildPlatform() {
 
 void SimExecutor::Impl::Start(OpId id) {
   Op& op = At(id);
-  op.start_s = sg4::Engine::get_clock();
   if (op.amount <= 0) {  // nothing to do: done at once
+    op.start_s = sg4::Engine::get_clock();
     Finish(id);
     return;
   }
+  if (op.queued) {
+    if (background_running >= hw.ssd_background_ops) {
+      background_waiting.push_back(id);  // starts when an earlier one finishes (Finish)
+      return;
+    }
+    ++background_running;
+  }
+  Begin(id);
+}
+
+void SimExecutor::Impl::Begin(OpId id) {
+  Op& op = At(id);
+  op.start_s = sg4::Engine::get_clock();
   if (op.is_transfer && hw.cpu_op_overhead > 0) {
     // A fixed issue cost per op (thread hand-off, submission), measured by kvtier calibrate:
     // a delay before the transfer, on a host with unlimited cores so delays never queue.
@@ -302,6 +324,16 @@ void SimExecutor::Impl::Finish(OpId id) {
   Op& op = At(id);
   op.end_s = sg4::Engine::get_clock();
   if (op.device_gather && op.amount > 0) GatherEnded();
+  if (op.queued && op.amount > 0) {
+    // The oldest waiting background transfer takes its place before the dependents start.
+    --background_running;
+    if (!background_waiting.empty()) {
+      const OpId next = background_waiting.front();
+      background_waiting.pop_front();
+      ++background_running;
+      Begin(next);
+    }
+  }
   graph.Complete(id, [this](OpId d) { Start(d); });
 }
 
@@ -510,6 +542,8 @@ OpId SimExecutor::Submit(TransferOp op, std::span<const OpId> after) {
   rec.is_transfer = true;
   rec.kind = op.kind;
   rec.background = op.purpose == Purpose::kStore || op.purpose == Purpose::kReorder;
+  rec.queued = rec.background && hw.ssd_background_ops > 0 &&
+               (op.kind == TransferKind::kSsdRead || op.kind == TransferKind::kSsdWrite);
   const double ios = std::max<double>(1, op.ios);
   double bw = 1, latency = 0, payload = double(op.bytes);
   switch (op.kind) {

@@ -332,6 +332,18 @@ TEST_F(ConfigTest, NegativeMaxRequestsAndWarmupAreRejected) {
   EXPECT_NO_THROW(BuildOptions(Config::Load(Experiment(""), {"run.max_requests=0"})));
 }
 
+TEST_F(ConfigTest, BackgroundOpsIsZeroForNoLimitOrPositive) {
+  EXPECT_EQ(BuildOptions(Config::Load(Experiment(""), {})).hardware.ssd_background_ops, 0);
+  EXPECT_EQ(BuildOptions(Config::Load(Experiment(""), {"ssd.background_ops=32"}))
+                .hardware.ssd_background_ops,
+            32);
+  const std::string msg =
+      ErrorOf([&] { BuildOptions(Config::Load(Experiment(""), {"ssd.background_ops=-1"})); });
+  EXPECT_NE(msg.find("command line: ssd.background_ops: must be >= 0 (0: no limit), got -1"),
+            std::string::npos)
+      << msg;
+}
+
 TEST_F(ConfigTest, ZeroHwMaxMemoryIsRejectedByTheCheck) {
   for (const std::string key : {"hw.max_memory", "hw.ring", "hw.store_capacity"}) {
     const std::string msg =

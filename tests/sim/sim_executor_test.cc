@@ -143,6 +143,62 @@ TEST(SimExecutorGolden, BackgroundWritesGetAtMostTheirShareOfTheSsd) {
   EXPECT_NEAR(r.end_s, 1.1, 1e-9);
 }
 
+// ssd.background_ops: three 0.5 GB stores (1 s each alone at the 0.5 GB/s background cap).
+// No limit (0): they share the cap and all end at 3 s. A limit of 1 runs them one after the
+// other in submission order (1, 2, 3 s; the third starts at 2 s); a limit of 2 shares the cap
+// between the first two (both end at 2 s), then the third runs alone (3 s). The demand read
+// beside them gets the other 4.5 GB/s of the device while any store runs, however many.
+void ThreeStoresAndARead(int limit, OpTimes* stores, OpTimes* read) {
+  HardwareOptions hw = Hw();
+  hw.ssd_background_share = 0.25;  // 0.25 * 2 GB/s = 0.5 GB/s for background writes
+  hw.ssd_background_ops = limit;
+  SimExecutor ex(Model(), hw);
+  ex.Run([&] {
+    OpId ids[3];
+    for (OpId& id : ids) {
+      TransferOp store = Xfer(TransferKind::kSsdWrite, 500000000ull - 160000);
+      store.purpose = Purpose::kStore;
+      id = ex.Submit(store, {});
+    }
+    const OpId r = ex.Submit(Xfer(TransferKind::kSsdRead, 4500000000ull - 400000), {});
+    for (OpId id : ids) ex.Wait(id);
+    ex.Wait(r);
+    for (int i = 0; i < 3; ++i) stores[i] = ex.Retire(ids[i]);
+    *read = ex.Retire(r);
+  });
+}
+
+TEST(SimExecutorGolden, BackgroundStoresShareTheCapWithoutALimit) {
+  OpTimes s[3], r;
+  ThreeStoresAndARead(0, s, &r);
+  for (const OpTimes& t : s) {
+    EXPECT_NEAR(t.start_s, 0.0, 1e-15);
+    EXPECT_NEAR(t.end_s, 3.0, 1e-9);
+  }
+  EXPECT_NEAR(r.end_s, 1.0, 1e-9);
+}
+
+TEST(SimExecutorGolden, BackgroundOpsLimitRunsStoresInFifoOrder) {
+  OpTimes s[3], r;
+  ThreeStoresAndARead(1, s, &r);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(s[i].submit_s, 0.0, 1e-15);
+    EXPECT_NEAR(s[i].start_s, double(i), 1e-9);
+    EXPECT_NEAR(s[i].end_s, double(i + 1), 1e-9);
+  }
+  EXPECT_NEAR(r.end_s, 1.0, 1e-9) << "the read sees the same 4.5 GB/s";
+}
+
+TEST(SimExecutorGolden, BackgroundOpsLimitOfTwoSharesBetweenTheFirstTwo) {
+  OpTimes s[3], r;
+  ThreeStoresAndARead(2, s, &r);
+  EXPECT_NEAR(s[0].end_s, 2.0, 1e-9);
+  EXPECT_NEAR(s[1].end_s, 2.0, 1e-9);
+  EXPECT_NEAR(s[2].start_s, 2.0, 1e-9);
+  EXPECT_NEAR(s[2].end_s, 3.0, 1e-9);
+  EXPECT_NEAR(r.end_s, 1.0, 1e-9);
+}
+
 TEST(SimExecutorGolden, OpOverheadDelaysEveryTransferOnce) {
   HardwareOptions hw = Hw();
   hw.cpu_op_overhead = 50e-6;

@@ -300,5 +300,76 @@ TEST(SimParity, SpecCakeSameDecisionsAsFakeExecutor) {
   EXPECT_EQ(sim_text, fake_text);
 }
 
+// ssd.background_ops against the exact path (no limit) on a backlog: a conversation of 30 turns
+// served back to back, each reusing the last turn's prefix from the SSD and storing 2,048 new
+// tokens (16 MiB at the 0.5 GB/s background cap: 34 ms, far longer than a turn's prefill), so
+// the stores pile up. With at most 4 stores running at once (the rest in FIFO order) the
+// foreground reads share the device with the same background total (the cap binds whether one
+// or thirty stores run), so every request's decisions are the same and its times agree to
+// rounding; what moves is when each store ends (FIFO, not all at once), and the last store ends
+// when all of them ended before. Returns per request: ttft, ssd_read_bytes, gpu/cpu/ssd chunks;
+// then every store's end; then the simulated end.
+std::vector<double> BacklogRun(const std::string& system, int background_ops) {
+  ModelSpec m = Model();
+  HardwareOptions hw = Hw();
+  hw.ssd_background_share = 0.25;
+  hw.ssd_background_ops = background_ops;
+  SimExecutor ex(m, hw);
+  ScriptedScores scores([](const Request& r, int l, int h, std::int64_t t) {
+    return float(((t * 2654435761u) ^ (r.id * 40503u) ^ (l * 7u) ^ (h * 3u)) % 1000);
+  });
+  MemoryRunLog log;
+  PipelineOptions o;
+  o.system = System(system);
+  o.system.cache.gpu_capacity = 8ull << 20;
+  o.system.cache.cpu_capacity = 32ull << 20;
+  Pipeline p(m, o, &ex, &scores, &log);
+  ex.Run([&] {
+    for (RequestId id = 1; id <= 30; ++id) {
+      ASSERT_TRUE(p.Run(Prefix(id, 2048 * std::int64_t(id), 7)).ok());
+    }
+    ASSERT_TRUE(p.Finish().ok());
+  });
+  std::vector<double> out;
+  for (const RequestRecord& r : log.requests) {
+    out.insert(out.end(), {r.ttft_s, double(r.ssd_read_bytes), double(r.gpu_hit_chunks),
+                           double(r.cpu_hit_chunks), double(r.ssd_read_chunks)});
+  }
+  for (const TransferRecord& t : log.transfers) {
+    if (t.purpose == Purpose::kStore && t.kind == TransferKind::kSsdWrite) out.push_back(t.end_s);
+  }
+  out.push_back(ex.Now());
+  return out;
+}
+
+TEST(SimBackgroundOps, ForegroundMatchesTheUnlimitedShareUnderABacklog) {
+  for (const std::string system : {"as", "spec"}) {
+    const std::vector<double> exact = InChild([&] { return BacklogRun(system, 0); });
+    const std::vector<double> fifo = InChild([&] { return BacklogRun(system, 4); });
+    ASSERT_EQ(exact.size(), fifo.size()) << system;
+    ASSERT_EQ(exact.size(), 30u * 5 + 30 + 1) << system;
+    double mean_exact = 0, mean_fifo = 0;
+    for (std::size_t i = 0; i < 30; ++i) {
+      const double a = exact[5 * i], b = fifo[5 * i];
+      EXPECT_NEAR(a, b, 1e-9 * a) << system << " request " << i + 1 << " ttft";
+      mean_exact += a / 30, mean_fifo += b / 30;
+      for (std::size_t k = 1; k < 5; ++k) {
+        EXPECT_EQ(exact[5 * i + k], fifo[5 * i + k]) << system << " request " << i + 1;
+      }
+    }
+    EXPECT_NEAR(mean_exact, mean_fifo, 1e-9 * mean_exact) << system;
+    // The stores: the backlog is real (the exact path's last store ends long after the last
+    // request), they end at other times one by one, and the last one at the same time.
+    std::size_t moved = 0;
+    for (std::size_t i = 150; i < 180; ++i) moved += std::abs(exact[i] - fifo[i]) > 1e-6;
+    EXPECT_GT(moved, 10u) << system;
+    EXPECT_GT(exact.back(), 2 * exact[150]) << system;
+    EXPECT_NEAR(exact.back(), fifo.back(), 1e-9 * exact.back()) << system;
+    EXPECT_NEAR(*std::max_element(exact.begin() + 150, exact.begin() + 180),
+                *std::max_element(fifo.begin() + 150, fifo.begin() + 180), 1e-9 * exact.back())
+        << system;
+  }
+}
+
 }  // namespace
 }  // namespace kvtier::sim
