@@ -18,6 +18,7 @@ class LruPolicy final : public CachePolicy {
   double Priority(const ChunkStats& stats) const override {
     return static_cast<double>(stats.last_access);
   }
+  bool RanksByHistory() const override { return false; }
 };
 
 // Frequency: the number of accesses so far (Fig. 14(a), the "traditional" policy).

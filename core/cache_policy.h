@@ -24,7 +24,9 @@
 namespace kvtier {
 
 // What the policies score by; kept by TieredCache for every chunk ever accessed (resident or
-// not), because admission compares a chunk on SSD with the residents.
+// not), because admission compares a chunk on SSD with the residents -- unless the policy
+// ranks by the last access alone (RanksByHistory() false), when an uncached chunk's statistics
+// can never matter again.
 struct ChunkStats {
   std::uint64_t frequency = 0;       // accesses so far
   double important_ratio = 0;        // moving average of the fraction of rows used per access
@@ -54,6 +56,10 @@ class CachePolicy {
   virtual std::string_view Name() const = 0;
   // Priority of a chunk with statistics `stats`; deterministic, finite.
   virtual double Priority(const ChunkStats& stats) const = 0;
+  // Whether a chunk's priority after an access depends on its statistics before it (lfu's
+  // count, score's count and moving average). lru's does not: an access sets last_access to a
+  // new tick whatever came before, so TieredCache forgets uncached chunks' statistics.
+  virtual bool RanksByHistory() const { return true; }
 };
 
 std::unique_ptr<CachePolicy> NewLruPolicy();

@@ -35,49 +35,104 @@ constexpr Bytes kMaxChunkBytes = 0xFFFFFFFFu;
 // ChunkId -> record without hashing. RadixTree numbers segments 1, 2, ... and a segment's
 // chunks 0, 1, ..., so a record is found by array lookups: the segment's index (directly by
 // segment id below kDenseSegments, through a hash map above: only synthetic ids get there),
-// then the slot of (lane = layer * 4 + kind, chunk index) in it, then the record in a
-// pool. The pool allocates records in blocks that never move (heap entries and ChunkRefs
-// point at records) and reuses freed slots; slot 0 means "no record". Records first made
-// together (one layer's chunks of a request) sit together in the pool.
+// then the entry of (lane = layer * 4 + kind, chunk index) in it: 0 (nothing), the pool slot of
+// the chunk's record, or (kCold set) the slot of its statistics alone. Records and statistics
+// live in pools of blocks that never move (heap entries and ChunkRefs point at records) and
+// reuse freed slots. Records first made together (one layer's chunks of a request) sit together
+// in the pool.
 // Replaces an unordered_map<ChunkId, ChunkRecord>: with ~10^6 records every lookup missed the
 // cache on the bucket array and again on the node; those lookups were 15% of sim_bench's spec
 // profile (perf, 2,000 requests).
+// Memory: a 64-byte record per chunk ever accessed was 65% of a Mooncake replay's heap, growing
+// by ~110 KB a request (as, 400 requests: 45.6 of 70.6 MB, massif); a chunk that left both
+// tiers now keeps 24 bytes of statistics, or nothing, and a segment whose chunks have neither
+// gives its index back.
 class TieredCache::ChunkTable {
  public:
-  ChunkTable() { blocks_.push_back(std::make_unique<ChunkRecord[]>(kBlock)); }
+  ChunkTable() {
+    blocks_.push_back(std::make_unique<ChunkRecord[]>(kBlock));
+    cold_blocks_.push_back(std::make_unique<ChunkStats[]>(kBlock));
+  }
 
-  // The live record of `id`, or nullptr.
+  // The live record of `id`, or nullptr (also when it has statistics alone).
   ChunkRecord* Find(ChunkId id) const {
     const SegmentIndex* seg = Segment(id.segment());
     if (seg == nullptr) return nullptr;
     const std::uint32_t slot = seg->Slot(Lane(id), id.index());
-    return slot == 0 ? nullptr : At(slot);
+    return slot == 0 || (slot & kCold) != 0 ? nullptr : At(slot);
+  }
+  // The statistics kept for `id` without a record, or nullptr.
+  const ChunkStats* FindCold(ChunkId id) const {
+    const SegmentIndex* seg = Segment(id.segment());
+    if (seg == nullptr) return nullptr;
+    const std::uint32_t slot = seg->Slot(Lane(id), id.index());
+    return (slot & kCold) == 0 ? nullptr : ColdAt(slot & ~kCold);
   }
 
-  // The record of `id`, made (default statistics, tier kSsd) if it had none; second: made now.
+  // The record of `id`, made if it had none: with the statistics kept for it (accessed) or
+  // default ones (tier kSsd). Second: made now.
   std::pair<ChunkRecord*, bool> FindOrCreate(ChunkId id) {
-    std::uint32_t& slot = SegmentFor(id.segment()).SlotFor(Lane(id), id.index());
-    if (slot != 0) return {At(slot), false};
+    SegmentIndex& seg = SegmentFor(id.segment());
+    std::uint32_t& slot = seg.SlotFor(Lane(id), id.index());
+    if (slot != 0 && (slot & kCold) == 0) return {At(slot), false};
+    const std::uint32_t cold = slot;
     slot = Allocate();
     ChunkRecord* r = At(slot);
     *r = ChunkRecord{};
     r->chunk = id;
     r->live = true;
+    if (cold != 0) {
+      r->stats = *ColdAt(cold & ~kCold);
+      r->accessed = true;
+      cold_free_.push_back(cold & ~kCold);
+      --cold_size_;
+    } else {
+      ++seg.used;
+    }
     ++size_;
     return {r, true};
   }
 
-  // Frees the record (its address may be reused by the next FindOrCreate).
+  // Frees the record (its address may be reused by the next FindOrCreate) and forgets the
+  // chunk.
   void Erase(ChunkRecord* r) {
-    std::uint32_t& slot = SegmentFor(r->chunk.segment()).SlotFor(Lane(r->chunk), r->chunk.index());
-    KVTIER_CHECK(slot != 0 && At(slot) == r, "ChunkTable::Erase of a record it does not hold");
+    SegmentIndex& seg = SegmentFor(r->chunk.segment());
+    std::uint32_t& slot = seg.SlotFor(Lane(r->chunk), r->chunk.index());
+    KVTIER_CHECK(slot != 0 && (slot & kCold) == 0 && At(slot) == r,
+                 "ChunkTable::Erase of a record it does not hold");
     free_.push_back(slot);
     slot = 0;
     r->live = false;
     --size_;
+    Unused(r->chunk.segment(), seg);
+  }
+  // Frees the record and keeps its statistics alone.
+  void MakeCold(ChunkRecord* r) {
+    std::uint32_t& slot = SegmentFor(r->chunk.segment()).SlotFor(Lane(r->chunk), r->chunk.index());
+    KVTIER_CHECK(slot != 0 && (slot & kCold) == 0 && At(slot) == r,
+                 "ChunkTable::MakeCold of a record it does not hold");
+    free_.push_back(slot);
+    slot = kCold | AllocateCold();
+    *ColdAt(slot & ~kCold) = r->stats;
+    r->live = false;
+    --size_;
+  }
+  // Forgets statistics kept without a record; false if there were none.
+  bool EraseCold(ChunkId id) {
+    SegmentIndex* seg = MutableSegment(id.segment());
+    if (seg == nullptr) return false;
+    if (Lane(id) >= seg->lanes.size() || id.index() >= seg->lanes[Lane(id)].size()) return false;
+    std::uint32_t& slot = seg->lanes[Lane(id)][id.index()];
+    if ((slot & kCold) == 0) return false;
+    cold_free_.push_back(slot & ~kCold);
+    --cold_size_;
+    slot = 0;
+    Unused(id.segment(), *seg);
+    return true;
   }
 
-  std::size_t size() const { return size_; }
+  std::size_t size() const { return size_; }            // records
+  std::size_t cold_size() const { return cold_size_; }  // statistics without a record
 
   // Calls f(record) for every live record, in pool order.
   template <typename F>
@@ -92,11 +147,14 @@ class TieredCache::ChunkTable {
   static constexpr std::uint32_t kBlockBits = 12;
   static constexpr std::uint32_t kBlock = 1u << kBlockBits;
   static constexpr std::uint32_t kDenseSegments = 1u << 22;
+  static constexpr std::uint32_t kCold = 0x80000000u;
 
-  // Slots of one segment's records: lanes[lane][index], each lane grown on demand (by
-  // doubling), so memory follows the chunks a segment actually has.
+  // Entries of one segment's chunks: lanes[lane][index], each lane grown on demand (by
+  // doubling), so memory follows the chunks a segment actually has; `used` counts the nonzero
+  // entries, and the lanes are freed when it falls to 0.
   struct SegmentIndex {
     std::vector<std::vector<std::uint32_t>> lanes;
+    std::uint32_t used = 0;
 
     std::uint32_t Slot(std::uint32_t lane, std::uint32_t index) const {
       if (lane >= lanes.size()) return 0;
@@ -119,13 +177,29 @@ class TieredCache::ChunkTable {
     auto it = sparse_.find(seg);
     return it == sparse_.end() ? nullptr : &it->second;
   }
+  SegmentIndex* MutableSegment(std::uint32_t seg) {
+    return const_cast<SegmentIndex*>(Segment(seg));
+  }
   SegmentIndex& SegmentFor(std::uint32_t seg) {
     if (seg >= kDenseSegments) return sparse_[seg];
     if (seg >= dense_.size()) dense_.resize(std::max<std::size_t>(seg + 1, 2 * dense_.size()));
     return dense_[seg];
   }
+  // An entry of `seg` went back to 0.
+  void Unused(std::uint32_t id, SegmentIndex& seg) {
+    KVTIER_DCHECK(seg.used > 0, "ChunkTable: a segment's entry count underflows");
+    if (--seg.used != 0) return;
+    if (id >= kDenseSegments) {
+      sparse_.erase(id);
+    } else {
+      std::vector<std::vector<std::uint32_t>>().swap(seg.lanes);
+    }
+  }
   ChunkRecord* At(std::uint32_t slot) const {
     return &blocks_[slot >> kBlockBits][slot & (kBlock - 1)];
+  }
+  ChunkStats* ColdAt(std::uint32_t slot) const {
+    return &cold_blocks_[slot >> kBlockBits][slot & (kBlock - 1)];
   }
   std::uint32_t Allocate() {
     if (!free_.empty()) {
@@ -133,11 +207,24 @@ class TieredCache::ChunkTable {
       free_.pop_back();
       return s;
     }
-    KVTIER_CHECK(next_ != 0xFFFFFFFFu, "ChunkTable: more than 2^32 chunk records");
+    KVTIER_CHECK(next_ < kCold, "ChunkTable: more than 2^31 chunk records");
     if ((next_ >> kBlockBits) >= blocks_.size()) {
       blocks_.push_back(std::make_unique<ChunkRecord[]>(kBlock));
     }
     return next_++;
+  }
+  std::uint32_t AllocateCold() {
+    ++cold_size_;
+    if (!cold_free_.empty()) {
+      const std::uint32_t s = cold_free_.back();
+      cold_free_.pop_back();
+      return s;
+    }
+    KVTIER_CHECK(next_cold_ < kCold, "ChunkTable: statistics of more than 2^31 chunks");
+    if ((next_cold_ >> kBlockBits) >= cold_blocks_.size()) {
+      cold_blocks_.push_back(std::make_unique<ChunkStats[]>(kBlock));
+    }
+    return next_cold_++;
   }
 
   std::vector<SegmentIndex> dense_;
@@ -146,6 +233,10 @@ class TieredCache::ChunkTable {
   std::vector<std::uint32_t> free_;
   std::uint32_t next_ = 1;  // slot 0: no record
   std::size_t size_ = 0;
+  std::vector<std::unique_ptr<ChunkStats[]>> cold_blocks_;
+  std::vector<std::uint32_t> cold_free_;
+  std::uint32_t next_cold_ = 1;  // as next_: slot 0 is never used
+  std::size_t cold_size_ = 0;
 };
 
 // Indexed 4-ary min-heap of one tier: the heap holds the entries, each entry's record holds its
@@ -431,6 +522,7 @@ TieredCache::TieredCache(std::unique_ptr<CachePolicy> policy, const TieredCacheO
       cpu_(std::make_unique<TierHeap>(Tier::kCpu, options.cpu_capacity)),
       chunks_(std::make_unique<ChunkTable>()) {
   KVTIER_CHECK(policy_ != nullptr, "TieredCache needs a policy");
+  keep_history_ = policy_->RanksByHistory();
   KVTIER_CHECK(options_.history_weight >= 0 && options_.history_weight <= 1,
                "history_weight must be in [0, 1]");
   // The pin mask lives in the record's padding: a record stays one 64-byte cache line.
@@ -444,20 +536,31 @@ Tier TieredCache::Where(ChunkId chunk) const {
   return r == nullptr ? Tier::kSsd : r->tier;
 }
 
-// Records never move while they exist, so a pointer to one stays good until some record is
-// erased (epoch_; the slot may then hold another chunk). The simulator looks up every chunk of a
-// layer twice, one layer apart (Where when it plans the prefetch, Access when the layer uses it);
-// the ref saves the second lookup (with hashed records: total CPU -14%, spec, perf).
+// Records never move and their memory is never returned, so a pointer to one can always be
+// read: it is current while the record is live and holds the same chunk (a freed slot may be
+// reused for another). The simulator looks up every chunk of a layer twice, one layer apart
+// (Where when it plans the prefetch, Access when the layer uses it); the ref saves the second
+// lookup (with hashed records: total CPU -14%, spec, perf).
 Tier TieredCache::Where(ChunkId chunk, ChunkRef* ref) const {
   const ChunkRecord* r = chunks_->Find(chunk);
   ref->record = r;
-  ref->epoch = epoch_;
+  ref->chunk = chunk;
   return r == nullptr ? Tier::kSsd : r->tier;
 }
 
-void TieredCache::EraseRecord(ChunkRecord* r) {
-  chunks_->Erase(r);
-  ++epoch_;
+TieredCache::ChunkRecord* TieredCache::Current(const ChunkRef& ref, ChunkId chunk) const {
+  // const_cast: the ref came from Where() (const) but names this cache's own record.
+  auto* r = const_cast<ChunkRecord*>(static_cast<const ChunkRecord*>(ref.record));
+  return r != nullptr && r->live && r->chunk == chunk ? r : nullptr;
+}
+
+void TieredCache::RetireRecord(ChunkRecord* r) {
+  KVTIER_DCHECK(r->tier == Tier::kSsd && r->pins == 0, "retiring a cached or pinned record");
+  if (r->accessed && keep_history_) {
+    chunks_->MakeCold(r);
+  } else {
+    chunks_->Erase(r);
+  }
 }
 
 Bytes TieredCache::used(Tier tier) const {
@@ -496,19 +599,19 @@ std::size_t TieredCache::resident_chunks(Tier tier) const {
   return 0;
 }
 
+TieredCache::Footprint TieredCache::footprint() const {
+  return Footprint{chunks_->size(), chunks_->cold_size()};
+}
+
 const ChunkStats* TieredCache::Stats(ChunkId chunk) const {
   const ChunkRecord* r = chunks_->Find(chunk);
-  return r == nullptr || !r->accessed ? nullptr : &r->stats;
+  if (r == nullptr) return chunks_->FindCold(chunk);
+  return r->accessed ? &r->stats : nullptr;
 }
 
 TieredCache::TierHeap& TieredCache::HeapOf(Tier tier) {
   KVTIER_CHECK(tier != Tier::kSsd, "the SSD is not a cache tier");
   return tier == Tier::kGpu ? *gpu_ : *cpu_;
-}
-
-void TieredCache::ForgetIfUnused(ChunkId chunk) {
-  ChunkRecord* r = chunks_->Find(chunk);
-  if (r != nullptr && r->tier == Tier::kSsd && !r->accessed && r->pins == 0) EraseRecord(r);
 }
 
 void TieredCache::SetHolder(int holder) {
@@ -527,9 +630,8 @@ void TieredCache::PinRecord(ChunkRecord* r) {
 
 void TieredCache::Pin(const ChunkRef& ref) {
   if (holder_ < 0 || ref.record == nullptr) return;
-  KVTIER_CHECK(ref.epoch == epoch_, "TieredCache::Pin with a stale ChunkRef");
-  // const_cast: the ref came from Where() (const) but names this cache's own record.
-  auto* r = const_cast<ChunkRecord*>(static_cast<const ChunkRecord*>(ref.record));
+  ChunkRecord* r = Current(ref, ref.chunk);
+  KVTIER_CHECK(r != nullptr, "TieredCache::Pin with a stale ChunkRef");
   PinRecord(r);
 }
 
@@ -543,8 +645,8 @@ void TieredCache::ReleasePins(int holder) {
     r->pins &= ~bit;
     if (r->tier != Tier::kSsd) {
       HeapOf(r->tier).Rehome(r);  // a chunk set aside for this pin goes back
-    } else if (r->pins == 0 && !r->accessed) {
-      EraseRecord(r);  // an Inserted, never-accessed chunk evicted while pinned: kept for its pin
+    } else if (r->pins == 0) {
+      RetireRecord(r);  // evicted (or never admitted) while pinned: kept for its pin until now
     }
   }
   list.clear();
@@ -575,7 +677,9 @@ bool TieredCache::Admit(const HeapEntry& cand, Tier from, Tier target,
     const HeapEntry& v = victims[i];
     if (target == Tier::kGpu && Admit(v, Tier::kGpu, Tier::kCpu, moves)) continue;
     moves->push_back(CacheMove{v.chunk, target, Tier::kSsd, v.bytes});
-    if (!v.record->accessed) ForgetIfUnused(v.chunk);
+    // Nothing below reads a victim again (a chunk demoted by an earlier victim and displaced by
+    // a later one was retired in that later admission).
+    if (v.record->pins == 0) RetireRecord(v.record);
   }
   heap.Push(cand);
   moves->push_back(CacheMove{cand.chunk, from, target, cand.bytes});
@@ -592,12 +696,8 @@ Tier TieredCache::Access(ChunkId chunk, Bytes bytes, double important_ratio,
 
 Tier TieredCache::Access(ChunkId chunk, Bytes bytes, double important_ratio,
                          std::vector<CacheMove>* moves, const ChunkRef& ref) {
-  if (ref.epoch != epoch_ || ref.record == nullptr) {
-    return Access(chunk, bytes, important_ratio, moves);
-  }
-  // const_cast: the ref came from Where() (const) but names this cache's own record.
-  auto* r = const_cast<ChunkRecord*>(static_cast<const ChunkRecord*>(ref.record));
-  KVTIER_CHECK(r->live && r->chunk == chunk, "a ChunkRef used for another chunk");
+  ChunkRecord* r = Current(ref, chunk);
+  if (r == nullptr) return Access(chunk, bytes, important_ratio, moves);
   KVTIER_CHECK(bytes > 0 && bytes <= kMaxChunkBytes, "Access of an empty or >= 4 GiB chunk");
   KVTIER_CHECK(important_ratio >= 0 && important_ratio <= 1, "important_ratio must be in [0, 1]");
   return AccessRecord(r, false, chunk, bytes, important_ratio, moves);
@@ -643,6 +743,10 @@ Tier TieredCache::AccessRecord(ChunkRecord* r, bool is_new, ChunkId chunk, Bytes
       break;
     }
   }
+  if (r->tier == Tier::kSsd && r->pins == 0) {  // admitted nowhere: only its statistics stay
+    RetireRecord(r);
+    r = nullptr;
+  }
   AfterCall(r);
   return was;
 }
@@ -660,8 +764,8 @@ bool TieredCache::Insert(ChunkId chunk, Bytes bytes, Tier tier, std::vector<Cach
   if (now != Tier::kSsd) cand = HeapOf(now).Remove(r);
   const bool placed = Admit(cand, now, tier, moves);
   if (!placed && now != Tier::kSsd) HeapOf(now).Push(cand);  // back where it was
-  if (!placed && now == Tier::kSsd && !r->accessed && r->pins == 0) {
-    EraseRecord(r);  // nothing to remember
+  if (!placed && now == Tier::kSsd && r->pins == 0) {
+    RetireRecord(r);  // its statistics, if any, stay
     r = nullptr;
   }
   AfterCall(r);
@@ -677,19 +781,23 @@ void TieredCache::Inherit(ChunkId chunk, Bytes bytes, const ChunkStats& stats) {
   r->stats = stats;
   r->accessed = true;
   r->priority = policy_->Priority(stats);
-  AfterCall(r);
+  RetireRecord(r);  // in no tier: only its statistics stay (none under lru)
+  AfterCall(nullptr);
 }
 
 void TieredCache::Erase(ChunkId chunk, std::vector<CacheMove>* moves) {
   ChunkRecord* r = chunks_->Find(chunk);
-  if (r == nullptr) return;
+  if (r == nullptr) {
+    if (chunks_->EraseCold(chunk)) AfterCall(nullptr);
+    return;
+  }
   KVTIER_CHECK(r->pins == 0, "Erase of a chunk an in-flight request has pinned");
   if (r->tier != Tier::kSsd) {
     const Tier now = r->tier;
     HeapEntry e = HeapOf(now).Remove(r);
     moves->push_back(CacheMove{chunk, now, Tier::kSsd, e.bytes});
   }
-  EraseRecord(r);
+  chunks_->Erase(r);
   AfterCall(nullptr);
 }
 
@@ -738,8 +846,8 @@ void TieredCache::CheckInvariants() const {
     ++live;
     in_gpu += record.tier == Tier::kGpu;
     in_cpu += record.tier == Tier::kCpu;
-    KVTIER_CHECK(record.accessed || record.tier != Tier::kSsd || record.pins != 0,
-                 "a record with neither statistics, a tier nor a pin was kept");
+    KVTIER_CHECK(record.tier != Tier::kSsd || record.pins != 0,
+                 "a record of a chunk neither cached nor pinned was kept");
     KVTIER_CHECK(chunks_->Find(record.chunk) == &record, "a record is not where its id says");
   });
   KVTIER_CHECK(live == chunks_->size(), "the chunk table miscounts its records");

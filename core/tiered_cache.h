@@ -26,6 +26,10 @@
 // victim demoted to the CPU, then displaced there by a later victim); its last move is where it
 // is.
 //
+// Memory follows what can still matter: a chunk that is in neither tier and not pinned keeps
+// only its statistics (24 bytes), and none at all under a policy that does not rank by history
+// (lru); a segment's index is freed when none of its chunks has either.
+//
 // Not thread-safe. Access is O(log n) with one direct-indexed lookup (no hashing); a heap key
 // that rises is re-sifted lazily, when it reaches the top (TierHeap::Update), which changes no
 // outcome. Capacities are checked with KVTIER_DCHECK after every call and the touched chunk's
@@ -73,13 +77,14 @@ class TieredCache {
   Tier Where(ChunkId chunk) const;
 
   // A remembered lookup. Where(chunk, &ref) fills it; Access(chunk, ..., ref) with the same
-  // chunk then skips the hash lookup if the ref is still current, i.e. no chunk's record has
-  // been forgotten since (an Insert()ed chunk evicted, Erase()); otherwise it looks the chunk up
-  // as usual. A ref never changes what a call does, only how fast it finds the chunk. The
-  // simulator plans a layer's prefetch (Where) one layer before it uses the chunks (Access).
+  // chunk then skips the lookup if the ref is still current, i.e. the record it names still
+  // holds that chunk (records are never moved or returned to the system, only reused);
+  // otherwise it looks the chunk up as usual. A ref never changes what a call does, only how
+  // fast it finds the chunk. The simulator plans a layer's prefetch (Where) one layer before it
+  // uses the chunks (Access).
   struct ChunkRef {
-    const void* record = nullptr;  // nullptr: the chunk had no record
-    std::uint64_t epoch = 0;
+    const void* record = nullptr;  // nullptr: the chunk was not cached (or pinned)
+    ChunkId chunk;
   };
   Tier Where(ChunkId chunk, ChunkRef* ref) const;
 
@@ -104,7 +109,8 @@ class TieredCache {
   // Gives `chunk`, which the cache knows nothing of, the statistics `stats` (a repacked chunk's,
   // inherited from the chunks its rows came from: InheritStats, core/cache_policy.h), as if it
   // had been accessed with them: the policy ranks it by them (an Insert then places it with
-  // that priority) and its next Access continues from them. Places nothing.
+  // that priority) and its next Access continues from them. Places nothing; under a policy that
+  // does not rank by history (lru) nothing is kept, as for any chunk in no tier.
   // REQUIRES: bytes > 0; the chunk has no record (never accessed or inserted since its last
   // Erase); stats.last_access is a tick this cache has handed out (<= its current tick).
   void Inherit(ChunkId chunk, Bytes bytes, const ChunkStats& stats);
@@ -117,7 +123,16 @@ class TieredCache {
   Bytes capacity(Tier tier) const;
   std::size_t resident_chunks(Tier tier) const;
   const CachePolicy& policy() const { return *policy_; }
-  // Statistics of `chunk`, or nullptr if it was never accessed.
+  // What the cache holds memory for: records (cached or pinned chunks) and statistics kept
+  // without a record (chunks that left both tiers, under a policy that ranks by history).
+  struct Footprint {
+    std::size_t records = 0;
+    std::size_t statistics = 0;
+  };
+  Footprint footprint() const;
+  // Statistics of `chunk`, or nullptr if it was never accessed (or, under a policy that does
+  // not rank by history, if it is no longer cached or pinned). Valid until the next call that
+  // is not const.
   const ChunkStats* Stats(ChunkId chunk) const;
 
   // Pins, for callers that serve several requests at once (core/pipeline.h with
@@ -134,8 +149,8 @@ class TieredCache {
   // REQUIRES: -1 <= holder < kMaxHolders.
   void SetHolder(int holder);
   int holder() const { return holder_; }
-  // Pins the chunk `ref` names (filled by Where(chunk, &ref) since the last erase) for the
-  // current holder; no-op without a holder or when the chunk has no record.
+  // Pins the chunk `ref` names (filled by Where(chunk, &ref), no call but Pin since) for the
+  // current holder; no-op without a holder or when the chunk was not cached.
   void Pin(const ChunkRef& ref);
   // Drops every pin of `holder` (its request is done with its chunks).
   void ReleasePins(int holder);
@@ -147,10 +162,11 @@ class TieredCache {
   void CheckInvariants() const;
 
  private:
-  // Everything known about one chunk: one lookup per call finds its statistics and, while it
-  // is cached, its tier and heap slot (the heaps index chunks through these records, whose
-  // addresses ChunkTable keeps stable). A record exists while the chunk has statistics or is
-  // cached; `accessed` is false for a chunk only ever placed by Insert.
+  // Everything known about a cached or pinned chunk: one lookup per call finds its statistics,
+  // its tier and heap slot (the heaps index chunks through these records, whose addresses
+  // ChunkTable keeps stable). A record exists while the chunk is cached or pinned (or during a
+  // call); then only its statistics are kept (ChunkTable), if the policy ranks by history.
+  // `accessed` is false for a chunk only ever placed by Insert.
   struct ChunkRecord {
     ChunkId chunk;
     ChunkStats stats;
@@ -174,9 +190,10 @@ class TieredCache {
   // Admits `cand` (resident nowhere) into `target` after moving the victims down; false, with
   // nothing changed, when it does not fit or does not beat every victim it would need.
   bool Admit(const HeapEntry& cand, Tier from, Tier target, std::vector<CacheMove>* moves);
-  // Forgets a record that has neither statistics nor a tier (an Inserted chunk evicted) nor a
-  // pin.
-  void ForgetIfUnused(ChunkId chunk);
+  // A record that is neither cached nor pinned gives way to its statistics alone (if they were
+  // ever made, and the policy ranks by history), or to nothing.
+  // REQUIRES: r->tier == kSsd, r->pins == 0.
+  void RetireRecord(ChunkRecord* r);
   void PinRecord(ChunkRecord* r);
   // KVTIER_DCHECK of the invariants (see above); `touched` is the call's chunk, or nullptr.
   void AfterCall(const ChunkRecord* touched);
@@ -189,11 +206,11 @@ class TieredCache {
   // Access with the record found (created if null) and whether it was just created.
   Tier AccessRecord(ChunkRecord* r, bool is_new, ChunkId chunk, Bytes bytes,
                     double important_ratio, std::vector<CacheMove>* moves);
-  // Frees a record; every ChunkRef handed out so far stops being current.
-  void EraseRecord(ChunkRecord* r);
+  // The record a ref names, if it still holds `chunk`; else nullptr.
+  ChunkRecord* Current(const ChunkRef& ref, ChunkId chunk) const;
 
+  bool keep_history_ = true;  // policy_->RanksByHistory()
   std::unique_ptr<ChunkTable> chunks_;
-  std::uint64_t epoch_ = 1;  // bumped whenever a record is erased (ChunkRef validity)
   std::uint64_t tick_ = 0;
   std::size_t calls_since_full_check_ = 0;
   int holder_ = -1;

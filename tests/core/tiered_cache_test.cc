@@ -168,7 +168,9 @@ TEST(TieredCacheTest, ChunkLargerThanATierNeverEntersIt) {
   cache.Access(C(2), 25, 1.0, &moves);  // larger than both: stays on the SSD
   EXPECT_TRUE(moves.empty());
   EXPECT_EQ(cache.Where(C(2)), Tier::kSsd);
-  ASSERT_NE(cache.Stats(C(2)), nullptr);  // but its statistics are kept
+  // lru ranks by the last access alone: an uncached chunk's statistics are not kept (lfu and
+  // score keep them: UncachedChunksKeepStatisticsOnlyWhereThePolicyRanksByHistory).
+  EXPECT_EQ(cache.Stats(C(2)), nullptr);
   EXPECT_FALSE(cache.Insert(C(2), 25, Tier::kCpu, &moves));
   EXPECT_TRUE(moves.empty());
 }
@@ -256,6 +258,36 @@ TEST(TieredCacheTest, InheritedStatisticsRankAndContinue) {
   EXPECT_EQ(cache.Stats(C(2))->frequency, 4u);
   EXPECT_DOUBLE_EQ(cache.Stats(C(2))->important_ratio, 0.6);
   cache.CheckInvariants();
+}
+
+// Memory follows the caches: a chunk that leaves both tiers keeps 24 bytes of statistics where
+// the policy ranks by them (lfu, score), nothing under lru, and the decisions are the same as
+// when every record was kept (tiered_cache_contract_test and the ref test cover the moves).
+TEST(TieredCacheTest, UncachedChunksKeepStatisticsOnlyWhereThePolicyRanksByHistory) {
+  for (const char* policy : {"lru", "lfu", "score"}) {
+    TieredCache cache = MakeCache(policy, 20, 20);
+    std::vector<CacheMove> moves;
+    for (std::uint32_t seg = 1; seg <= 100; ++seg) {
+      cache.Access(C(seg), 10, 0.5, &moves);
+      cache.Access(C(seg), 10, 0.5, &moves);  // frequency 2: beats the residents under lfu
+    }
+    const TieredCache::Footprint f = cache.footprint();
+    EXPECT_EQ(f.records, 4u) << policy << ": the four cached chunks";
+    const bool history = std::string(policy) != "lru";
+    EXPECT_EQ(f.statistics, history ? 96u : 0u) << policy;
+    // An uncached chunk's history counts on its return under lfu and score.
+    const ChunkStats* s = cache.Stats(C(1));
+    ASSERT_EQ(s != nullptr, history) << policy;
+    if (history) {
+      EXPECT_EQ(s->frequency, 2u) << policy;
+      cache.Access(C(1), 10, 0.5, &moves);
+      EXPECT_EQ(cache.Stats(C(1))->frequency, 3u) << policy;
+      EXPECT_DOUBLE_EQ(cache.Stats(C(1))->important_ratio, 0.5) << policy;
+    }
+    cache.Erase(C(2), &moves);  // forgets the statistics too
+    EXPECT_EQ(cache.Stats(C(2)), nullptr) << policy;
+    cache.CheckInvariants();
+  }
 }
 
 // ---- SPEC §IV-D2, Fig. 14 -------------------------------------------------------------------
