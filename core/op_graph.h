@@ -20,11 +20,17 @@
 //   Retire(id)  forgets a done op. Each op is retired exactly once.
 // Callbacks may call Add, Complete and Fail (a started op can finish at once); not Retire.
 //
-// Ops live in a deque indexed by id (op `id` is nodes[id - first]); retired ops at the front
-// are popped. A deque never moves its elements, so a Node& stays valid while ops are added,
-// until that op is retired. (SimExecutor replaced an unordered_map<OpId, Op> by this layout:
-// a node allocation and hash lookups per op were visible in sim_bench's spec profile.)
-// Failures are rare: their dependents' status is kept in a side map, not in every node.
+// Ops are found by id in a window (a deque of node pointers: op `id` is window[id - first]);
+// retired ops at its front are popped, and an op still unretired when the window has grown
+// past kWindow ops is moved to a side map (an op runs long: a background store behind a
+// backlog), so the window does not keep every op since the oldest one alive. Nodes come from a
+// pool of blocks that never move and reuse retired nodes, so a Node& stays valid while ops
+// are added, until that op is retired, and memory follows the ops not yet retired.
+// (SimExecutor replaced an unordered_map<OpId, Op> by a deque of nodes: a node allocation and
+// hash lookups per op were visible in sim_bench's spec profile. That deque then held every op
+// since the oldest running store: 5% of a Mooncake replay's heap after 400 requests, growing
+// without bound.) Failures are rare: their dependents' status is kept in a side map, not in
+// every node.
 //
 // Thread-compatible: SimExecutor drives it from one actor at a time, HwExecutor under its
 // scheduler lock. Plain C++: no platform includes.
@@ -32,6 +38,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <span>
 #include <unordered_map>
 #include <utility>
@@ -53,7 +60,6 @@ class OpGraph {
     Payload payload{};
     Status status;  // once done: OK, its own failure, or kAborted naming the root failure
     State state = State::kWaiting;
-    bool retired = false;
     std::int32_t pending = 0;      // dependencies not yet done
     std::vector<OpId> dependents;  // ops waiting for this one (until it is done)
   };
@@ -69,8 +75,9 @@ class OpGraph {
   // REQUIRES: every other id in `after` was added and is not retired (checked).
   Added Add(Payload payload, std::span<const OpId> after) {
     const OpId id = next_++;
-    nodes_.emplace_back();
-    Node& n = nodes_.back();
+    Node* node = NewNode();
+    window_.push_back(node);
+    Node& n = *node;
     n.payload = std::move(payload);
     ++incomplete_;
     const Status* abort = nullptr;
@@ -145,19 +152,26 @@ class OpGraph {
     Node& n = At(id);
     KVTIER_CHECK(n.state == State::kDone, "OpGraph: retiring an op that is not done");
     if (!n.status.ok()) failures_.erase(id);
-    n.retired = true;
-    n.payload = Payload{};
-    while (!nodes_.empty() && nodes_.front().retired) {
-      nodes_.pop_front();
+    if (id < first_) {
+      stragglers_.erase(id);
+    } else {
+      window_[id - first_] = nullptr;
+    }
+    n = Node{};
+    free_.push_back(&n);
+    // Pop what is retired; past kWindow ops, an op still unretired moves aside.
+    while (!window_.empty() && (window_.front() == nullptr || window_.size() > kWindow)) {
+      if (window_.front() != nullptr) stragglers_.emplace(first_, window_.front());
+      window_.pop_front();
       ++first_;
     }
   }
 
   // The op `id`, or nullptr when it is unknown or retired.
   Node* Find(OpId id) {
-    if (id < first_ || id - first_ >= nodes_.size()) return nullptr;
-    Node& n = nodes_[id - first_];
-    return n.retired ? nullptr : &n;
+    if (id >= first_) return id - first_ < window_.size() ? window_[id - first_] : nullptr;
+    auto it = stragglers_.find(id);
+    return it == stragglers_.end() ? nullptr : it->second;
   }
   // REQUIRES: `id` added and not retired (checked).
   Node& At(OpId id) {
@@ -172,14 +186,36 @@ class OpGraph {
   std::size_t incomplete() const { return incomplete_; }
   // Ops added and not yet retired, done or not.
   std::size_t live() const {
-    std::size_t n = 0;
-    for (const Node& node : nodes_) n += node.retired ? 0 : 1;
+    std::size_t n = stragglers_.size();
+    for (const Node* node : window_) n += node != nullptr;
     return n;
   }
+  // Nodes allocated (live, or free for reuse): what the graph's memory follows.
+  std::size_t allocated_nodes() const { return blocks_.size() * kBlock - carve_left_; }
 
  private:
-  std::deque<Node> nodes_;
-  OpId first_ = 1;  // id of nodes_.front()
+  static constexpr std::size_t kWindow = 4096;
+  static constexpr std::size_t kBlock = 1024;
+
+  Node* NewNode() {
+    if (!free_.empty()) {
+      Node* n = free_.back();
+      free_.pop_back();
+      return n;
+    }
+    if (carve_left_ == 0) {
+      blocks_.push_back(std::make_unique<Node[]>(kBlock));
+      carve_left_ = kBlock;
+    }
+    return &blocks_.back()[kBlock - carve_left_--];
+  }
+
+  std::deque<Node*> window_;  // ops first_, first_ + 1, ...; nullptr once retired
+  std::unordered_map<OpId, Node*> stragglers_;  // unretired ops older than the window
+  std::vector<std::unique_ptr<Node[]>> blocks_;  // node storage; never moves
+  std::vector<Node*> free_;                       // retired nodes, reset, for reuse
+  std::size_t carve_left_ = 0;                    // unused nodes at the end of the last block
+  OpId first_ = 1;  // id of window_.front()
   OpId next_ = 1;
   std::size_t incomplete_ = 0;
   std::unordered_map<OpId, Status> failures_;  // failed or aborted op -> its dependents' status

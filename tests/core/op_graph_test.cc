@@ -137,6 +137,33 @@ TEST(OpGraph, RetiredOpsAreForgottenAndTheFrontIsPopped) {
   EXPECT_EQ(g.live(), 1u);
 }
 
+// An op that runs for a long time (a background store behind a backlog) does not keep every
+// later op's node alive: memory follows the ops not yet retired, and the old op is still found,
+// completed and retired with its dependents.
+TEST(OpGraph, ALongRunningOpDoesNotKeepLaterOpsAlive) {
+  Graph g;
+  const OpId store = g.Add(-1, {}).id;
+  const OpId after_store = g.Add(-2, std::vector<OpId>{store}).id;
+  for (int i = 0; i < 100000; ++i) {
+    const OpId op = g.Add(i, {}).id;
+    g.Complete(op, [](OpId) {});
+    g.Retire(op);
+  }
+  EXPECT_EQ(g.live(), 2u);
+  EXPECT_LE(g.allocated_nodes(), 2048u) << "nodes are reused";
+  ASSERT_NE(g.Find(store), nullptr);
+  EXPECT_EQ(g.At(store).payload, -1);
+  std::vector<OpId> ready;
+  g.Complete(store, [&](OpId d) { ready.push_back(d); });
+  EXPECT_EQ(ready, std::vector<OpId>{after_store});
+  g.Retire(store);
+  EXPECT_EQ(g.Find(store), nullptr);
+  g.Complete(after_store, [](OpId) {});
+  g.Retire(after_store);
+  EXPECT_EQ(g.live(), 0u);
+  EXPECT_EQ(g.Add(7, {}).next, Next::kStart);
+}
+
 // Random graphs, driven as an executor drives them: ops are added with random dependencies on
 // live ops, running ops complete or fail in random order, done ops are retired at random.
 // Checked against the contract: an op starts exactly once, and only after every dependency
