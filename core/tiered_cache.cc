@@ -11,9 +11,10 @@
 
 namespace kvtier {
 
-// One resident chunk and its heap key. `record` is the chunk's entry in chunks_, which holds
-// its heap slot, so sifting updates the index without hashing (with 1.5 x 10^5 resident chunks,
-// hash lookups on every swap and per tier dominated the profile of Access).
+// A chunk with its heap key and record, as Admit hands candidates and victims around (inside a
+// tier's heap a chunk is a TierHeap::Slot). `record` is the chunk's entry in chunks_, found
+// without hashing (with 1.5 x 10^5 resident chunks, hash lookups on every swap and per tier
+// dominated the profile of Access).
 struct TieredCache::HeapEntry {
   double priority = 0;
   std::uint64_t last_access = 0;
@@ -239,9 +240,15 @@ class TieredCache::ChunkTable {
   std::size_t cold_size_ = 0;
 };
 
-// Indexed 4-ary min-heap of one tier: the heap holds the entries, each entry's record holds its
-// slot, so Update/Remove of an arbitrary chunk are O(log n). SPEC §IV-D2 keeps "two min-heaps in
-// CPU memory ... the heaps' tops indicate the lowest-scored chunks".
+// Indexed 4-ary min-heap of one tier. A resident chunk gets a *handle* (a small integer, reused)
+// while it is in the tier; the heap holds 32-byte slots (key, chunk, handle, bytes) and two
+// dense arrays indexed by handle say where each slot is and whose record it is, so
+// Update/Remove of an arbitrary chunk are O(log n) and sifting writes only the heap and the
+// position array. (The position used to live in each chunk's record: one write to a record
+// scattered in memory per level sifted, and with the slots' 40 bytes and branchy key compares,
+// 53% of a Mooncake replay of `as`, where nearly every access evicts from both tiers.) SPEC
+// §IV-D2 keeps "two min-heaps in CPU memory ... the heaps' tops indicate the lowest-scored
+// chunks".
 //
 // With pins (several requests in flight) a tier's entries are split into *lanes*, each an
 // indexed min-heap of its own: lane 0 holds every chunk as long as no victim search has found
@@ -256,16 +263,28 @@ class TieredCache::TierHeap {
  public:
   // Children per node. Four halve the depth of a binary heap of ~10^5 chunks (each level a cache
   // miss when sifting a promoted or evicted chunk); the four children of a node share two
-  // cache lines. Outcomes do not depend on the arity: keys are unique, so the minimum is.
+  // cache lines. Outcomes do not depend on the arity nor on where entries sit in the array:
+  // keys are unique, so the minimum is.
   static constexpr std::size_t kArity = 4;
+
+  // One resident chunk in a lane's array.
+  struct Slot {
+    double priority = 0;  // the stored key (<= the record's: Update)
+    std::uint64_t last_access = 0;
+    std::uint64_t chunk = 0;  // ChunkId::value
+    std::uint32_t handle = 0;
+    std::uint32_t bytes = 0;
+  };
+  static_assert(sizeof(Slot) == 32, "four heap slots in two cache lines");
 
   // The heap key is (priority, last_access, chunk id), smallest first: the lowest priority
   // leaves first, among equals the least recently accessed, then the lowest id, so the order
-  // never depends on hash-map iteration or insertion history.
-  static bool KeyLess(const HeapEntry& a, const HeapEntry& b) {
-    if (a.priority != b.priority) return a.priority < b.priority;
-    if (a.last_access != b.last_access) return a.last_access < b.last_access;
-    return a.chunk.value < b.chunk.value;
+  // never depends on hash-map iteration or insertion history. Without branches: children in a
+  // heap are in no predictable order, and the mispredicted compares were a quarter of a sift.
+  static bool KeyLess(const Slot& a, const Slot& b) {
+    const bool lt = a.priority < b.priority, eq = a.priority == b.priority;
+    const bool la_lt = a.last_access < b.last_access, la_eq = a.last_access == b.last_access;
+    return lt | (eq & (la_lt | (la_eq & (a.chunk < b.chunk))));
   }
 
   static constexpr std::uint8_t kLocked = 1 + kMaxHolders;  // pinned by two or more holders
@@ -281,15 +300,17 @@ class TieredCache::TierHeap {
   Bytes capacity() const { return capacity_; }
   Bytes used() const { return used_; }
   std::size_t size() const { return size_; }
-  // The entry of a resident `record` (in this tier).
-  const HeapEntry& EntryOf(const ChunkRecord* record) const {
-    return lanes_[record->lane][record->heap_pos];
+  // The record whose slot is `s`, and whether `record`'s slot says it is (a check).
+  ChunkRecord* RecordOf(const Slot& s) const { return records_[s.handle]; }
+  bool Holds(const ChunkRecord* record) const {
+    return record->heap_handle < records_.size() && records_[record->heap_handle] == record &&
+           RecordOf(lanes_[record->lane][pos_[record->heap_handle]]) == record;
   }
-  // Calls f(entry) for every resident chunk.
+  // Calls f(entry) for every resident chunk (its stored key).
   template <typename F>
   void ForEach(F f) const {
-    for (const std::vector<HeapEntry>& lane : lanes_) {
-      for (const HeapEntry& e : lane) f(e);
+    for (const std::vector<Slot>& lane : lanes_) {
+      for (const Slot& s : lane) f(EntryFrom(s));
     }
   }
 
@@ -300,16 +321,30 @@ class TieredCache::TierHeap {
     used_ += e.bytes;
     ++size_;
     e.record->tier = tier_;
-    PushTo(0, e);
+    std::uint32_t h;
+    if (!free_handles_.empty()) {
+      h = free_handles_.back();
+      free_handles_.pop_back();
+    } else {
+      KVTIER_DCHECK(records_.size() < 0xFFFFFFFFu, "TierHeap: more than 2^32 resident chunks");
+      h = std::uint32_t(records_.size());
+      records_.push_back(nullptr);
+      pos_.push_back(0);
+    }
+    records_[h] = e.record;
+    e.record->heap_handle = h;
+    PushTo(0, Slot{e.priority, e.last_access, e.chunk.value, h, std::uint32_t(e.bytes)});
   }
 
   // Removes the chunk of `record` and returns its entry, keyed with the record's current
   // priority and last access. REQUIRES: it is in this tier.
   HeapEntry Remove(ChunkRecord* record) {
     KVTIER_CHECK(record->tier == tier_, "TierHeap::Remove of a chunk that is not resident");
-    HeapEntry out = TakeFrom(record);
-    out.priority = record->priority;
-    out.last_access = record->stats.last_access;
+    const Slot s = TakeFrom(record);
+    records_[s.handle] = nullptr;
+    free_handles_.push_back(s.handle);
+    HeapEntry out{record->priority, record->stats.last_access, record->chunk, Bytes(s.bytes),
+                  record};
     used_ -= out.bytes;
     --size_;
     record->tier = Tier::kSsd;
@@ -323,21 +358,22 @@ class TieredCache::TierHeap {
   // raises last_access, so under LRU and LFU (and mostly under score) keys only rise: sifting
   // them down the heap at once (~17 levels, a cache miss each, for 10^5 resident chunks) was
   // 7.5% of sim_bench's spec profile, for chunks that are mostly never evicted.
-  // Whether a key must be sifted is decided from the record alone, so the entry, a cache miss
+  // Whether a key must be sifted is decided from the record alone, so the slot, a cache miss
   // of its own, is read only to sift: the new key (priority, last_access) is below the stored
   // one iff priority < the stored priority (record->heap_priority), since last_access only
   // rises. A priority that fell usually stays above the stored key, which lagged behind its
-  // earlier rises (reading the entry to find that out was 8% of sim_bench's spec profile).
+  // earlier rises (reading the slot to find that out was 8% of sim_bench's spec profile).
   // REQUIRES: it is in this tier; the record already holds the new priority and last access.
   void Update(ChunkRecord* record) {
     KVTIER_CHECK(record->tier == tier_, "TierHeap::Update of a chunk that is not resident");
     if (!(record->priority < record->heap_priority)) return;  // at or above the stored key
-    std::vector<HeapEntry>& heap = lanes_[record->lane];
-    HeapEntry& e = heap[record->heap_pos];
-    e.priority = record->priority;
-    e.last_access = record->stats.last_access;
-    record->heap_priority = e.priority;
-    SiftUp(heap, record->heap_pos);
+    std::vector<Slot>& heap = lanes_[record->lane];
+    const std::uint32_t i = pos_[record->heap_handle];
+    Slot& s = heap[i];
+    s.priority = record->priority;
+    s.last_access = record->stats.last_access;
+    record->heap_priority = s.priority;
+    SiftUp(heap, i);
   }
 
   // Moves a set-aside chunk to the lane its pins now call for (TieredCache::ReleasePins); a
@@ -346,8 +382,8 @@ class TieredCache::TierHeap {
     if (record->lane == 0) return;
     const std::uint8_t lane = LaneOf(record->pins);
     if (lane == record->lane) return;
-    const HeapEntry e = TakeFrom(record);
-    PushTo(lane, e);
+    const Slot s = TakeFrom(record);
+    PushTo(lane, s);
   }
 
   // Makes room for a chunk of `bytes` with `priority` on behalf of `holder` (-1: none): pops
@@ -365,17 +401,17 @@ class TieredCache::TierHeap {
       SettleTop(0, skip_pins);
       if (own != 0) {
         SettleTop(own, skip_pins);
-        const std::vector<HeapEntry>& a = lanes_[0];
-        const std::vector<HeapEntry>& b = lanes_[own];
+        const std::vector<Slot>& a = lanes_[0];
+        const std::vector<Slot>& b = lanes_[own];
         if (!b.empty() && (a.empty() || KeyLess(b[0], a[0]))) lane = own;
       }
-      const std::vector<HeapEntry>& heap = lanes_[lane];
+      const std::vector<Slot>& heap = lanes_[lane];
       if (heap.empty() || !(priority > heap[0].priority)) {
         for (const HeapEntry& v : victims_) Push(v);  // roll back (into lane 0)
         victims_.clear();
         return false;
       }
-      HeapEntry v = Remove(heap[0].record);
+      HeapEntry v = Remove(RecordOf(heap[0]));
       free += v.bytes;
       victims_.push_back(v);
     }
@@ -384,122 +420,164 @@ class TieredCache::TierHeap {
   // Scratch reused across calls so the hot path does not allocate once it has grown.
   const std::vector<HeapEntry>& victims() const { return victims_; }
 
-  // O(n) check of capacity, byte accounting, heap property and each entry's record.
+  // O(n) check of capacity, byte accounting, heap property and each slot's record and handle.
   void Check() const {
     KVTIER_CHECK(used_ <= capacity_, "a tier is over capacity");
     Bytes sum = 0;
     std::size_t count = 0;
     for (std::size_t lane = 0; lane < lanes_.size(); ++lane) {
-      const std::vector<HeapEntry>& heap = lanes_[lane];
+      const std::vector<Slot>& heap = lanes_[lane];
       for (std::size_t i = 0; i < heap.size(); ++i) {
-        const HeapEntry& e = heap[i];
-        sum += e.bytes;
+        const Slot& s = heap[i];
+        KVTIER_CHECK(s.handle < records_.size() && pos_[s.handle] == i,
+                     "a heap slot's handle does not say where it is");
+        const ChunkRecord* r = records_[s.handle];
+        sum += s.bytes;
         ++count;
-        KVTIER_CHECK(e.record != nullptr && e.record->tier == tier_ && e.record->lane == lane &&
-                         e.record->heap_pos == i,
-                     "a heap entry's record disagrees with its tier or slot");
-        KVTIER_CHECK(e.bytes > 0 && e.bytes <= capacity_ && e.bytes == e.record->bytes,
+        KVTIER_CHECK(r != nullptr && r->tier == tier_ && r->lane == lane &&
+                         r->heap_handle == s.handle && r->chunk.value == s.chunk,
+                     "a heap slot's record disagrees with its tier, lane, handle or chunk");
+        KVTIER_CHECK(s.bytes > 0 && s.bytes <= capacity_ && s.bytes == r->bytes,
                      "a resident chunk has an impossible size");
-        const HeapEntry truth{e.record->priority, e.record->stats.last_access, e.chunk, e.bytes,
-                              e.record};
-        KVTIER_CHECK(!KeyLess(truth, e), "a heap key is above its record's (a lost decrease)");
-        KVTIER_CHECK(e.priority == e.record->heap_priority,
-                     "a record's copy of its heap key is stale");
-        if (i > 0) KVTIER_CHECK(!KeyLess(e, heap[Parent(i)]), "heap property broken");
-        KVTIER_CHECK(lane == 0 || e.record->pins != 0, "an unpinned chunk was left set aside");
+        const Slot truth{r->priority, r->stats.last_access, s.chunk, s.handle, s.bytes};
+        KVTIER_CHECK(!KeyLess(truth, s), "a heap key is above its record's (a lost decrease)");
+        KVTIER_CHECK(s.priority == r->heap_priority, "a record's copy of its heap key is stale");
+        if (i > 0) KVTIER_CHECK(!KeyLess(s, heap[Parent(i)]), "heap property broken");
+        KVTIER_CHECK(lane == 0 || r->pins != 0, "an unpinned chunk was left set aside");
       }
     }
     KVTIER_CHECK(sum == used_, "used bytes != sum of resident bytes");
     KVTIER_CHECK(count == size_, "a tier miscounts its chunks");
+    KVTIER_CHECK(records_.size() - free_handles_.size() == size_, "a tier miscounts its handles");
   }
 
  private:
+  HeapEntry EntryFrom(const Slot& s) const {
+    return HeapEntry{s.priority, s.last_access, ChunkId{s.chunk}, Bytes(s.bytes), RecordOf(s)};
+  }
   // Until the top's stored key is its record's: refresh it and sift it down. Afterwards the
   // top is the true minimum of the lane (every stored key is at most its record's).
-  static void FreshenTop(std::vector<HeapEntry>& heap) {
-    while (!heap.empty() && !Fresh(heap[0])) {
-      heap[0].priority = heap[0].record->priority;
-      heap[0].last_access = heap[0].record->stats.last_access;
-      heap[0].record->heap_priority = heap[0].priority;
+  void FreshenTop(std::vector<Slot>& heap) {
+    while (!heap.empty()) {
+      ChunkRecord* r = RecordOf(heap[0]);
+      if (heap[0].priority == r->priority && heap[0].last_access == r->stats.last_access) return;
+      heap[0].priority = r->priority;
+      heap[0].last_access = r->stats.last_access;
+      r->heap_priority = heap[0].priority;
       SiftDown(heap, 0);
     }
-  }
-  static bool Fresh(const HeapEntry& e) {
-    return e.priority == e.record->priority && e.last_access == e.record->stats.last_access;
   }
   // Freshens the lane's top and sets aside tops pinned by a holder in `skip_pins`, until its
   // top may be evicted (or the lane is empty).
   void SettleTop(std::size_t lane, std::uint32_t skip_pins) {
-    std::vector<HeapEntry>& heap = lanes_[lane];
+    std::vector<Slot>& heap = lanes_[lane];
     for (;;) {
       FreshenTop(heap);
-      if (heap.empty() || (heap[0].record->pins & skip_pins) == 0) return;
-      ChunkRecord* r = heap[0].record;
+      if (heap.empty() || (RecordOf(heap[0])->pins & skip_pins) == 0) return;
+      ChunkRecord* r = RecordOf(heap[0]);
       const std::uint8_t to = LaneOf(r->pins);
       // Lane 1 + h holds chunks h alone pinned when set aside; another holder's pin since then
       // locks it.
-      const HeapEntry e = TakeFrom(r);
-      PushTo(to == lane ? kLocked : to, e);
+      const Slot s = TakeFrom(r);
+      PushTo(to == lane ? kLocked : to, s);
     }
   }
 
-  void PushTo(std::size_t lane, const HeapEntry& e) {
-    std::vector<HeapEntry>& heap = lanes_[lane];
+  void PushTo(std::size_t lane, const Slot& s) {
+    std::vector<Slot>& heap = lanes_[lane];
     const std::size_t i = heap.size();
-    KVTIER_DCHECK(i < 0xFFFFFFFFu, "TierHeap: more than 2^32 resident chunks");
-    heap.push_back(e);
-    e.record->lane = std::uint8_t(lane);
-    e.record->heap_pos = std::uint32_t(i);
-    e.record->heap_priority = e.priority;
+    heap.push_back(s);
+    ChunkRecord* r = RecordOf(s);
+    r->lane = std::uint8_t(lane);
+    r->heap_priority = s.priority;
+    pos_[s.handle] = std::uint32_t(i);
     SiftUp(heap, i);
   }
-  // Takes the record's entry out of its lane (no accounting).
-  HeapEntry TakeFrom(ChunkRecord* record) {
-    std::vector<HeapEntry>& heap = lanes_[record->lane];
-    const std::size_t i = record->heap_pos;
-    HeapEntry out = heap[i];
-    const std::size_t last = heap.size() - 1;
-    if (i != last) {
-      heap[i] = heap[last];
-      heap[i].record->heap_pos = std::uint32_t(i);
-      heap.pop_back();
-      Fix(heap, i);
-    } else {
-      heap.pop_back();
+  // Takes the record's slot out of its lane (no accounting; the handle stays the record's).
+  Slot TakeFrom(ChunkRecord* record) {
+    std::vector<Slot>& heap = lanes_[record->lane];
+    const std::size_t i = pos_[record->heap_handle];
+    const Slot out = heap[i];
+    const Slot last = heap.back();
+    heap.pop_back();
+    if (i < heap.size()) {
+      if (i == 0) {
+        PopRoot(heap, last);
+      } else {
+        heap[i] = last;
+        pos_[last.handle] = std::uint32_t(i);
+        Fix(heap, i);
+      }
     }
     record->lane = 0;
     return out;
   }
 
-  static void Swap(std::vector<HeapEntry>& heap, std::size_t a, std::size_t b) {
-    std::swap(heap[a], heap[b]);
-    heap[a].record->heap_pos = std::uint32_t(a);
-    heap[b].record->heap_pos = std::uint32_t(b);
-  }
   static std::size_t Parent(std::size_t i) { return (i - 1) / kArity; }
-  static void SiftUp(std::vector<HeapEntry>& heap, std::size_t i) {
+  // Index of the smallest of the children [first, last) (first < last).
+  static std::size_t MinChild(const std::vector<Slot>& heap, std::size_t first,
+                              std::size_t last) {
+    std::size_t m = first;
+    for (std::size_t c = first + 1; c < last; ++c) m = KeyLess(heap[c], heap[m]) ? c : m;
+    return m;
+  }
+  void Place(std::vector<Slot>& heap, std::size_t i, const Slot& s) {
+    heap[i] = s;
+    pos_[s.handle] = std::uint32_t(i);
+  }
+  void SiftUp(std::vector<Slot>& heap, std::size_t i) {
+    const Slot s = heap[i];
     while (i > 0) {
-      std::size_t parent = Parent(i);
-      if (!KeyLess(heap[i], heap[parent])) break;
-      Swap(heap, i, parent);
+      const std::size_t parent = Parent(i);
+      if (!KeyLess(s, heap[parent])) break;
+      Place(heap, i, heap[parent]);
       i = parent;
     }
+    Place(heap, i, s);
   }
-  static void SiftDown(std::vector<HeapEntry>& heap, std::size_t i) {
+  void SiftDown(std::vector<Slot>& heap, std::size_t i) {
+    const Slot s = heap[i];
     const std::size_t n = heap.size();
     for (;;) {
-      std::size_t smallest = i;
       const std::size_t first = kArity * i + 1;
-      const std::size_t last = std::min(n, first + kArity);
-      for (std::size_t c = first; c < last; ++c) {
-        if (KeyLess(heap[c], heap[smallest])) smallest = c;
-      }
-      if (smallest == i) break;
-      Swap(heap, i, smallest);
-      i = smallest;
+      if (first >= n) break;
+      const std::size_t c = MinChild(heap, first, std::min(n, first + kArity));
+      if (!KeyLess(heap[c], s)) break;
+      Place(heap, i, heap[c]);
+      i = c;
     }
+    Place(heap, i, s);
   }
-  static void Fix(std::vector<HeapEntry>& heap, std::size_t i) {
+  // Removes the root, `last` (already popped off the end) taking a place: the hole goes down
+  // to a leaf along the smaller children, then `last` rises from there (Floyd): it came from
+  // the bottom, so it rarely rises far, and each level costs the children's compares only.
+  void PopRoot(std::vector<Slot>& heap, const Slot& last) {
+    const std::size_t n = heap.size();
+    std::size_t hole = 0;
+    for (;;) {
+      const std::size_t first = kArity * hole + 1;
+      if (first >= n) break;
+      // The next level's slots, for whichever child wins: four loads in flight instead of one
+      // miss after another (the slot loads were a third of a pop).
+      const std::size_t next = kArity * first + 1;
+      for (std::size_t k = 0; k < kArity && next + kArity * k < n; ++k) {
+        const char* p = reinterpret_cast<const char*>(&heap[next + kArity * k]);
+        __builtin_prefetch(p);
+        __builtin_prefetch(p + 64);
+      }
+      const std::size_t c = MinChild(heap, first, std::min(n, first + kArity));
+      Place(heap, hole, heap[c]);
+      hole = c;
+    }
+    while (hole > 0) {
+      const std::size_t parent = Parent(hole);
+      if (!KeyLess(last, heap[parent])) break;
+      Place(heap, hole, heap[parent]);
+      hole = parent;
+    }
+    Place(heap, hole, last);
+  }
+  void Fix(std::vector<Slot>& heap, std::size_t i) {
     if (i > 0 && KeyLess(heap[i], heap[Parent(i)])) {
       SiftUp(heap, i);
     } else {
@@ -511,7 +589,10 @@ class TieredCache::TierHeap {
   Bytes capacity_;
   Bytes used_ = 0;
   std::size_t size_ = 0;
-  std::vector<std::vector<HeapEntry>> lanes_;  // [0] evictable, [1 + h] holder h's, [kLocked]
+  std::vector<std::vector<Slot>> lanes_;  // [0] evictable, [1 + h] holder h's, [kLocked]
+  std::vector<ChunkRecord*> records_;     // by handle: the resident chunk's record
+  std::vector<std::uint32_t> pos_;        // by handle: its index in its lane
+  std::vector<std::uint32_t> free_handles_;
   std::vector<HeapEntry> victims_;
 };
 
@@ -826,8 +907,7 @@ inline void TieredCache::AfterCall(const ChunkRecord* touched) {
 void TieredCache::SampledChecks(const ChunkRecord* touched, bool full) {
   if (touched != nullptr) {
     const TierHeap& heap = touched->tier == Tier::kGpu ? *gpu_ : *cpu_;
-    KVTIER_CHECK(heap.EntryOf(touched).record == touched,
-                 "the touched chunk's record disagrees with its heap");
+    KVTIER_CHECK(heap.Holds(touched), "the touched chunk's record disagrees with its heap");
   }
   if (full) {
     calls_since_full_check_ = 0;

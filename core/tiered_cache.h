@@ -179,7 +179,7 @@ class TieredCache {
     // While cached: the priority its heap entry is keyed with (<= priority, TierHeap::Update),
     // so deciding whether a falling priority must be sifted reads no heap entry.
     double heap_priority = 0;
-    std::uint32_t heap_pos = 0;  // index in the heap of `tier` (GPU or CPU only)
+    std::uint32_t heap_handle = 0;  // its handle in the heap of `tier` (GPU or CPU only)
     std::uint32_t bytes = 0;     // < 4 GiB (checked by Access and Insert)
   };
   class ChunkTable;  // ChunkId -> record, indexed directly (tiered_cache.cc)
