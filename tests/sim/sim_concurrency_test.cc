@@ -192,8 +192,11 @@ std::string LoadedRunRows(int workers) {
   options.system = sys;
   options.max_in_flight = workers;
   SimExecutor ex(m, hw);
+  // A token's importance persists across requests and layers (its hash), with a smaller
+  // per-request, per-layer and per-head part: the reorderer's evidence sees what packing saves
+  // and repacks (importance that is noise from request to request saves nothing: no repack).
   testing::ScriptedScores scores([](const Request& r, int l, int h, std::int64_t t) {
-    return float(((t * 2654435761u) ^ (r.id * 40503u) ^ (l * 7u) ^ (h * 3u)) % 1000);
+    return float((t * 2654435761u) % 1000 + ((r.id * 40503u) ^ (l * 7u) ^ (h * 3u)) % 100);
   });
   MemoryRunLog log;
   Pipeline p(m, options, &ex, &scores, &log);
