@@ -47,7 +47,7 @@ Status MeasureOpOverhead(const std::string& dir, int chains, Seconds* out) {
     for (int i = 0; i < chains + 20 && status.ok(); ++i) {
       TransferOp read;
       read.kind = TransferKind::kSsdRead;
-      read.chunks = {{ChunkId::Make(1, KvKind::kKey, 0, std::uint32_t(i % stored)), chunk, {}}};
+      read.chunks = {{ChunkId::Make(1, KvKind::kKey, 0, std::uint32_t(i % stored)), chunk, {}, {}}};
       read.bytes = chunk;
       read.ios = 1;
       read.layer = 0;

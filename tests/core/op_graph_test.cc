@@ -216,7 +216,7 @@ TEST(OpGraph, RandomGraphsFollowTheContract) {
         if (ref.size() == 1) after.clear();
         const auto added = g.Add(0, after);
         ASSERT_EQ(added.id, ref.size());
-        ref.push_back({after});
+        ref.push_back(Ref{.after = after, .dependents_status = {}});
         if (added.next == Next::kStart) {
           start(added.id);
         } else if (added.next == Next::kAbort) {
@@ -267,8 +267,12 @@ TEST(OpGraph, RandomGraphsFollowTheContract) {
       EXPECT_EQ(g.At(id).status.ok(), ref[id].ok) << "op " << id;
       bool deps_ok = true;
       for (OpId d : ref[id].after) deps_ok &= ref[d].ok;
-      if (ref[id].ok) EXPECT_TRUE(deps_ok) << "op " << id;
-      if (!deps_ok) EXPECT_FALSE(ref[id].started) << "op " << id;
+      if (ref[id].ok) {
+        EXPECT_TRUE(deps_ok) << "op " << id;
+      }
+      if (!deps_ok) {
+        EXPECT_FALSE(ref[id].started) << "op " << id;
+      }
     }
   }
 }

@@ -392,7 +392,7 @@ TEST(FakeExecutorFailure, DependentsAreAbortedNamingTheRoot) {
   read.layer = 4;
   read.bytes = 1000000;  // 1 ms at 1 GB/s
   read.ios = 1;
-  read.chunks.push_back({ChunkId::Make(2, KvKind::kValue, 4, 7), 1000000, {}});
+  read.chunks.push_back({ChunkId::Make(2, KvKind::kValue, 4, 7), 1000000, {}, {}});
   const OpId first = ex.Submit(read, {});          // layer 4, first match: runs fine
   const OpId second = ex.Submit(read, {});         // second match: fails
   TransferOp h2d = read;
