@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Experiments reproducing the SPEC paper's analyses (Figs. 3, 16-18, 21-23) and Cake's §5.2
-# (Figs. 5a, 5b) in kvtier sim; results and the comparison with the papers: docs/paper-comparison.md.
+# Experiments reproducing the SPEC paper's analyses (Figs. 3, 16-18, 21-23), Cake's §5.2
+# (Figs. 5a, 5b) and SpeCache's Tables 3-4 in kvtier sim; results and the comparison with the
+# papers: docs/paper-comparison.md.
 #
-#   bash scripts/experiments.sh [fig3|fig16|fig18|fig21|fig22|fig23|cake|cake_ctx|sens|all] ...
+#   bash scripts/experiments.sh [fig3|fig16|fig18|fig21|fig22|fig23|cake|cake_ctx|sens|
+#                                specache_t3|specache_t4|specache_sens|all] ...
 #
 # Traces go to $KVTIER_CACHE/exp (default ~/.cache/kvtier/exp), results to
 # $KVTIER_CACHE/results/<experiment>.sqlite (never into git). Sizes are chosen for a 2-core box
@@ -144,11 +146,110 @@ sens() {
     --out "$db" -j "$JOBS" --systems $s --experiment.name=sens-q750
 }
 
+# SpeCache Tables 3-4 (issue 17): decode at the largest batch GPU memory holds, Mistral-7B on
+# the A6000 profile. One trace per context L = prompt + output tokens (specache-ctx.ini:
+# a (L-192)-token document, a 64-token query, 128 output tokens), with more requests than any
+# system's batch; each run under both transfer strategies that matter for the top-k fetch.
+SPECACHE_CTX="${SPECACHE_CTX:-2048 8192 32768}"
+specache_trace() {  # specache_trace <L> [output tokens] -> prints the trace path
+  # requests: ~1.7x the largest batch (SpeCache at 1 bit: ~880 at 2K, ~315 at 8K, ~88 at 32K)
+  local L="$1" out="${2:-128}" n=$(( 3000000 / $1 + 20 ))   # 1484 at 2K, 386 at 8K, 111 at 32K
+  local t="$E/specache-ctx-L$L-o$out.kvt"
+  if [[ ! -s "$t" || configs/workloads/specache-ctx.ini -nt "$t" ]]; then
+    "$k" trace gen --config configs/workloads/specache-ctx.ini --doc_tokens $((L - 64 - out)) \
+      --output_tokens "$out" --requests "$n" --out "$t" --quiet
+  fi
+  echo "$t"
+}
+specache_t3() {
+  local db="$R/specache-t3.sqlite"; rm -f "$db" "$db"-wal "$db"-shm
+  for L in $SPECACHE_CTX; do
+    local t; t="$(specache_trace "$L")"
+    for s in staged_gather device_gather; do
+      local c=(--config configs/experiments/specache-table3.ini --workload.trace="$t" --out "$db"
+               --transfer.strategy="$s")
+      "$k" sim "${c[@]}" --experiment.name="specache-t3-2bit-${s%%_*}" >/dev/null
+      "$k" sim "${c[@]}" --experiment.name="specache-t3-1bit-${s%%_*}" --systems kivi,specache \
+        --decode.bits=1 >/dev/null
+    done
+  done
+  specache_table "$db"
+}
+specache_t4() {
+  local db="$R/specache-t4.sqlite"; rm -f "$db" "$db"-wal "$db"-shm
+  local t; t="$(specache_trace 2048)"
+  for s in staged_gather device_gather; do
+    for b in 2 1; do
+      "$k" sim --config configs/experiments/specache-table4.ini --workload.trace="$t" \
+        --out "$db" --transfer.strategy="$s" --decode.bits="$b" \
+        --experiment.name="specache-t4-${b}bit-${s%%_*}" >/dev/null
+    done
+  done
+  specache_table "$db"
+}
+# Sensitivities of Tables 3-4 (2 bits): the output length the paper does not state (32 and 512
+# against 128, at 2K and 32K), and the CPU gather rate of staged_gather (the paper's host is not
+# described; cpu.gather_bw 5 and 10 GB/s with no per-run cost bracket the fetch rate its Table 4
+# implies, docs/paper-comparison.md "SpeCache": a what-if, not a calibration).
+specache_sens() {
+  local db="$R/specache-sens.sqlite"; rm -f "$db" "$db"-wal "$db"-shm
+  local x=configs/experiments/specache-table3.ini
+  for L in 2048 32768; do
+    for o in 32 512; do
+      for s in staged_gather device_gather; do
+        "$k" sim --config $x --out "$db" --workload.trace="$(specache_trace "$L" "$o")" \
+          --transfer.strategy="$s" --systems full_gpu,specache \
+          --experiment.name="specache-o$o-${s%%_*}" >/dev/null
+      done
+    done
+  done
+  for g in 5 10; do
+    "$k" sim --config $x --out "$db" --workload.trace="$(specache_trace 2048)" --systems \
+      full_gpu,specache --cpu.gather_bw=${g}GB/s --cpu.gather_run_cost=0 \
+      --experiment.name="specache-g${g}-t3-staged" >/dev/null
+    "$k" sim --config configs/experiments/specache-table4.ini --out "$db" \
+      --workload.trace="$(specache_trace 2048)" --cpu.gather_bw=${g}GB/s \
+      --cpu.gather_run_cost=0 --experiment.name="specache-g${g}-t4-staged" >/dev/null
+  done
+  specache_table "$db"
+}
+# specache_table <db>: per run, the context (prompt + output tokens), the largest batch and the
+# steady state at it (steps at that batch that produced a token per sequence: SpeCache's
+# pre-decoding steps and the last, partial waves are left out): tokens/s, mean step and stall,
+# and the batch and throughput over full_gpu's at the same context and strategy (the run of the
+# experiment whose name has the same first 12 and last 6 characters: specache-t3-...-staged;
+# full_gpu has no transfers and is the same under every strategy), and
+# specache_nospec's step over specache's in the same experiment (Table 4's nospec / spec).
+specache_table() {
+  sqlite3 -header -column "$1" "WITH m AS (SELECT run_id, MAX(batch) AS batch FROM decode_steps
+      GROUP BY run_id),
+    ss AS (SELECT d.run_id, m.batch, SUM(d.tokens) / SUM(d.end_s - d.start_s) AS tps,
+      AVG(d.end_s - d.start_s) AS step_s, AVG(d.stall_s) AS stall_s, COUNT(*) AS steps
+      FROM decode_steps d JOIN m ON m.run_id = d.run_id AND d.batch = m.batch
+      WHERE d.tokens = d.batch GROUP BY d.run_id),
+    x AS (SELECT r.run_id, r.experiment, r.system, ss.*,
+      (SELECT MAX(prompt_tokens + output_tokens) FROM decode_requests q
+       WHERE q.run_id = r.run_id) AS ctx
+      FROM runs r JOIN ss USING (run_id))
+    SELECT a.experiment, a.ctx AS context, a.system, a.batch, a.steps,
+      round(a.tps, 1) AS tokens_per_s, round(a.step_s * 1e3, 1) AS step_ms,
+      round(a.stall_s * 1e3, 1) AS stall_ms,
+      round(1.0 * a.batch / f.batch, 2) AS batch_x_full, round(a.tps / f.tps, 2) AS tput_x_full,
+      CASE WHEN a.system = 'specache_nospec' THEN round(a.step_s / s.step_s, 2) END
+        AS nospec_x_spec
+    FROM x a
+    LEFT JOIN x f ON f.ctx = a.ctx AND f.system = 'full_gpu'
+      AND substr(f.experiment, -6) = substr(a.experiment, -6)
+      AND substr(f.experiment, 1, 12) = substr(a.experiment, 1, 12)
+    LEFT JOIN x s ON s.ctx = a.ctx AND s.system = 'specache' AND s.experiment = a.experiment
+    ORDER BY a.ctx, substr(a.experiment, -6), a.experiment, a.system"
+}
+
 targets=("$@"); [[ ${#targets[@]} -gt 0 ]] || targets=(all)
 for x in "${targets[@]}"; do
   case "$x" in
-    all) fig3; fig16; fig18; fig21; fig22; fig23; cake; cake_ctx; sens ;;
-    fig3|fig16|fig18|fig21|fig22|fig23|cake|cake_ctx|sens) "$x" ;;
-    *) echo "unknown experiment '$x' (fig3 fig16 fig18 fig21 fig22 fig23 cake cake_ctx sens all)" >&2; exit 2 ;;
+    all) fig3; fig16; fig18; fig21; fig22; fig23; cake; cake_ctx; sens; specache_t3; specache_t4 ;;
+    fig3|fig16|fig18|fig21|fig22|fig23|cake|cake_ctx|sens|specache_t3|specache_t4|specache_sens) "$x" ;;
+    *) echo "unknown experiment '$x' (fig3 fig16 fig18 fig21 fig22 fig23 cake cake_ctx sens specache_t3 specache_t4 specache_sens all)" >&2; exit 2 ;;
   esac
 done
