@@ -230,6 +230,13 @@ class CudaBackend : public DeviceBackend {
         for (int l = 0; l < model.layers; ++l) layer(n, m);
         break;
       case ComputeKind::kDecodeStep:
+        if (c.layer >= 0) {
+          // One layer of a batched decode step: new_tokens rows, each attending the mean of
+          // the context_tokens query-key pairs (core/executor.h).
+          const std::int64_t rows = std::max<std::int64_t>(1, c.new_tokens);
+          layer(rows, std::max<std::int64_t>(1, (c.context_tokens + rows - 1) / rows));
+          break;
+        }
         for (int l = 0; l < model.layers; ++l) layer(1, m);
         break;
       case ComputeKind::kProbeScores:

@@ -53,14 +53,23 @@ struct HostCompute::Impl {
     return flops;
   }
 
-  double Layer(std::int64_t n, std::int64_t m) {
+  // One layer for n rows attending m keys each. A decode layer split in two (DecodePart):
+  // `scores` = QKV and the attention scores only, `attend` = attention with V, O and the FFN.
+  double Layer(std::int64_t n, std::int64_t m, bool scores = true, bool attend = true) {
     if (n <= 0) return 0;
     const int d = model.hidden;
-    Mat x = Mat::Random(n, d);
-    Mat qkv = x * w_qkv;
-    double flops = 2.0 * double(n) * d * double(w_qkv.cols());
-    Mat q = qkv.leftCols(model.heads * model.head_dim);
-    flops += Attention(n, m, model.heads, true, q);
+    double flops = 0;
+    Mat q;
+    if (scores) {
+      Mat x = Mat::Random(n, d);
+      Mat qkv = x * w_qkv;
+      flops += 2.0 * double(n) * d * double(w_qkv.cols());
+      q = qkv.leftCols(model.heads * model.head_dim);
+    } else {
+      q = Mat::Random(n, model.heads * model.head_dim);
+    }
+    flops += Attention(n, m, model.heads, attend, q);
+    if (!attend) return flops;
     Mat attn = Mat::Random(n, model.heads * model.head_dim);
     Mat o = attn * w_o;
     flops += 2.0 * double(n) * double(w_o.rows()) * d;
@@ -122,6 +131,14 @@ double HostCompute::Run(const ComputeOp& op) {
       return 2.0 * m.model.hidden * double(m.model.vocab);
     }
     case ComputeKind::kDecodeStep: {
+      if (op.layer >= 0) {
+        // One layer of a batched decode step (core/executor.h): new_tokens rows whose query-key
+        // pairs per query head sum to context_tokens; each row attends their mean.
+        const std::int64_t rows = std::max<std::int64_t>(1, op.new_tokens);
+        const std::int64_t keys = std::max<std::int64_t>(1, (op.context_tokens + rows - 1) / rows);
+        return m.Layer(rows, keys, op.decode_part != DecodePart::kAttend,
+                       op.decode_part != DecodePart::kScores);
+      }
       double f = 0;
       for (int l = 0; l < m.model.layers; ++l) f += m.Layer(1, std::max<std::int64_t>(1, ctx));
       return f;

@@ -16,6 +16,7 @@
 #include "core/op_graph.h"
 #include "hw/arena.h"
 #include "hw/chunk_store.h"
+#include "hw/decode_home.h"
 #include "hw/fault_injection.h"
 #include "hw/posix_util.h"
 #include "models/layer_table.h"
@@ -267,6 +268,7 @@ struct HwExecutor::Impl {
   std::unique_ptr<HostArena> staging_arena, gather_arena, cpu_arena;
   std::unique_ptr<DeviceArena> gpu_arena, work_arena;
   Ring staging, gather, work;
+  std::unique_ptr<DecodeHome> decode_home;  // decode ops' rows (hw/decode_home.h)
   std::uint32_t cpu_usable = 0, gpu_usable = 0;
   std::vector<std::byte> fill_buf;  // writer thread only
 
@@ -694,6 +696,16 @@ struct HwExecutor::Impl {
     std::vector<Out> outs;
     std::vector<CopyPiece> pieces;
     Bytes moved = 0;
+    if (DecodeHome::Serves(op->t)) {
+      // A decode step's top-k rows, out of the decode home: K rows, then V rows.
+      auto [region, stamp] = gather.Allocate(op->t.bytes);
+      const Bytes room = std::min(op->t.bytes, gather.size);
+      Bytes k = 0;
+      decode_home->GatherPieces(op->t, region, room, &pieces, &k);
+      op->regions.push_back({KvKind::kKey, Loc{region, k, &gather, stamp}});
+      op->regions.push_back({KvKind::kValue, Loc{region + k, room - k, &gather, stamp}});
+      moved = room;
+    }
     for (const KindGroup& g : GroupByKind(op->t.chunks)) {
       auto [region, stamp] = gather.Allocate(g.bytes);
       const Bytes room = std::min(g.bytes, gather.size);
@@ -861,6 +873,25 @@ struct HwExecutor::Impl {
         }
       }
       copies = std::uint32_t(pieces.size());
+    } else if (DecodeHome::Serves(op->t)) {
+      // A decode op: rows of the decode home (hw/decode_home.h).
+      const auto alloc = [this](Bytes n) { return work.Allocate(n).first; };
+      if (h2d && op->t.staged && op->staged_from) {
+        for (const auto& [kind, region] : op->staged_from->regions) {
+          if (region.length == 0) continue;
+          pieces.push_back({alloc(region.length), region.p, region.length});
+          sources.push_back(region);
+        }
+        op->staged_from.reset();
+      } else if (h2d) {
+        const bool descriptors = op->t.method != CopyMethod::kDma;
+        decode_home->FetchPieces(op->t, descriptors ? op->t.descriptors : op->t.ios, alloc,
+                                 &pieces);
+      } else {
+        decode_home->OffloadPieces(op->t, alloc, &pieces);
+      }
+      for (const CopyPiece& p : pieces) moved += p.bytes;
+      copies = std::max<std::uint32_t>(1, op->t.ios);
     } else {
       // Bytes only (e.g. the store's D2H of new KV): ring-sized pieces between the rings.
       Bytes left = op->t.bytes;
@@ -1046,7 +1077,15 @@ Status HwExecutor::Create(const ModelSpec& model, const HardwareOptions& hardwar
                                    " B is too small for the rings (" + std::to_string(rings) +
                                    " B at this chunk size)");
   }
-  const Bytes rest = options.max_memory - rings;
+  // The decode home (decode runs): the decoded sequence's 16-bit KV, in the same budget.
+  const Bytes home = DecodeHome::BytesFor(model, options.decode_home_tokens);
+  if (rings + home >= options.max_memory) {
+    return Status::InvalidArgument(
+        "hw.max_memory " + std::to_string(options.max_memory) + " B is too small for the rings (" +
+        std::to_string(rings) + " B) and the decode home (" + std::to_string(home) + " B, " +
+        std::to_string(std::max<std::int64_t>(1, options.decode_home_tokens)) + " positions)");
+  }
+  const Bytes rest = options.max_memory - rings - home;
   const double want_cpu = double(options.cpu_capacity), want_gpu = double(options.gpu_capacity);
   const double total = std::max(1.0, want_cpu + want_gpu);
   const Bytes cpu_bytes = std::min<Bytes>(options.cpu_capacity, Bytes(double(rest) * want_cpu / total));
@@ -1072,6 +1111,9 @@ Status HwExecutor::Create(const ModelSpec& model, const HardwareOptions& hardwar
   m.gather.size = ring;
   m.work.base = m.work_arena->slot(0);
   m.work.size = ring;
+  KVTIER_RETURN_IF_ERROR(DecodeHome::Create(model, options.decode_home_tokens,
+                                            std::min<Bytes>(ring, 1ull << 20), m.device.get(),
+                                            &m.decode_home));
 
   // Chunk store and I/O engine.
   ChunkStoreOptions so;
@@ -1247,7 +1289,9 @@ void HwExecutor::Drain() {
 
 HwExecutorStats HwExecutor::stats() const {
   std::lock_guard<std::mutex> l(impl_->stats_mu);
-  return impl_->st;
+  HwExecutorStats s = impl_->st;
+  s.decode_home_wraps = impl_->decode_home->wraps();
+  return s;
 }
 BackendKind HwExecutor::backend() const { return impl_->device->kind(); }
 std::string HwExecutor::io_backend_name() const { return std::string(impl_->io->backend_name()); }

@@ -24,6 +24,9 @@
 //              "Failure"), until the chunk is stored again.
 //   CPU gather the selected rows of the op's chunks, one memcpy per run of consecutive rows,
 //              into the gather ring: one contiguous region per kind (what a staged H2D copies).
+//   decode     the decode batch's ops (core/decode_engine.h) list no chunks: its offloads,
+//              top-k gathers and fetches move rows of the decode home, the CPU memory that
+//              holds the decoded sequence's 16-bit KV (hw/decode_home.h: which rows, where).
 //   H2D / D2H  the pieces DESIGN-14 fixes per transfer strategy (docs/hw-mode.md): one per
 //              run of rows (per_row), per whole chunk (per_chunk, promotions, demotions), per
 //              kind of a staged op (staged_gather); a kBatched op is ONE batched call with a
@@ -96,6 +99,10 @@ struct HwExecutorOptions {
   int probe_heads = 3;                  // itf.probe_heads
   Bytes cpu_capacity = 0;               // cache.cpu_capacity
   Bytes gpu_capacity = 0;               // cache.gpu_capacity
+  // Decode (decode.policy): positions per layer of the decode home, the CPU memory holding the
+  // decoded sequence's 16-bit KV (hw/decode_home.h), counted in max_memory. 0: a home of one
+  // position (a run that does not decode moves no decode bytes).
+  std::int64_t decode_home_tokens = 0;
   // Tests: wraps the backend Create made (DeviceBackendWrapper), e.g. to fail one copy.
   std::function<std::unique_ptr<DeviceBackend>(std::unique_ptr<DeviceBackend>)> wrap_backend;
   // Fault injection (hw.fault_injection; hw/fault_injection.h): when set, the I/O engine, the
@@ -136,6 +143,8 @@ struct HwExecutorStats {
   std::uint64_t source_standins = 0;
   std::uint64_t compute_ops = 0;
   double compute_busy_s = 0;
+  // Decode: offloads that wrapped past the end of the decode home (hw/decode_home.h).
+  std::uint64_t decode_home_wraps = 0;
 };
 
 // Deterministic content of chunk `id` of `length` bytes: word 0 is the id, word 1 the length,

@@ -16,6 +16,7 @@
 #include "core/pipeline.h"
 #include "core/stored_layout.h"
 #include "driver/experiment.h"
+#include "hw/decode_home.h"
 #include "hw/fault_injection.h"
 #include "hw/store_dir.h"
 
@@ -69,6 +70,14 @@ HwExecutorOptions BuildHwExecutorOptions(const Config& config, const ExperimentO
   o.probe_heads = opts.system.itf_options.probe_heads;
   o.cpu_capacity = opts.system.cache.cpu_capacity;
   o.gpu_capacity = opts.system.cache.gpu_capacity;
+  if (opts.system.decode.on()) {
+    // The decode home holds one sequence (decode.max_batch = 1): up to the model's context, at
+    // most a quarter of hw.max_memory (a longer sequence wraps: hw.decode_home_wraps).
+    const Bytes per_token = DecodeHome::BytesFor(opts.model, 1);
+    const std::int64_t fit = std::int64_t(o.max_memory / 4 / per_token);
+    const std::int64_t context = opts.model.max_context > 0 ? opts.model.max_context : 32768;
+    o.decode_home_tokens = std::max<std::int64_t>(1, std::min(context, fit));
+  }
   return o;
 }
 
@@ -176,11 +185,28 @@ class HwBackend : public ExperimentBackend {
     return failure;
   }
 
-  // One request at a time; the executor sleeps until each arrival.
+  // One request at a time; the executor sleeps until each arrival. A system that decodes
+  // serves through ServeWithDecode (core/pipeline.h), the simulator's loop: with
+  // decode.max_batch = 1 each request's decode steps run before the next request's prefill.
   ServeOutcome Serve(Pipeline& pipeline, const NextFn& next, const DoneFn& done) override {
     const ScopedThreadNice lower(driver_nice_);
     ServeOutcome out;
     ReplayItem item;
+    if (pipeline.decodes()) {
+      long long served = 0;
+      out.finish = ServeWithDecode(
+          pipeline, *executor_,
+          [&](bool* warmup) -> const Request* {
+            if (!next(&item)) return nullptr;
+            *warmup = item.warmup;
+            return &item.request;
+          },
+          [&](const Request&, bool, const Status& st) { done(item, st); }, &served);
+      out.requests = served;
+      executor_->Drain();
+      out.end_s = executor_->Now();
+      return out;
+    }
     while (next(&item)) {
       if (item.request.arrival_s > executor_->Now()) executor_->IdleUntil(item.request.arrival_s);
       const Status st = pipeline.Run(item.request, item.warmup);
@@ -232,6 +258,10 @@ class HwBackend : public ExperimentBackend {
     log.LogMetric("hw.staged_misses", double(xs.staged_misses));
     log.LogMetric("hw.source_standins", double(xs.source_standins));
     log.LogMetric("hw.compute_busy_s", xs.compute_busy_s);
+    if (opts_.system.decode.on()) {
+      log.LogMetric("hw.decode_home_tokens", double(xo_.decode_home_tokens));
+      log.LogMetric("hw.decode_home_wraps", double(xs.decode_home_wraps));
+    }
     log.LogMetric("hw.chunks_verified", double(xs.chunks_verified));
     log.LogMetric("hw.crc_checked", double(xs.crc_checked));
     log.LogMetric("hw.store_dropped_chunks", double(executor_->store_dropped_on_open().size()));
@@ -273,12 +303,15 @@ HwRunResult RunHardware(const Config& config, const std::string& trace_path,
     throw ConfigError(config.Where("gpu.concurrent_prefills") +
                       ": kvtier hw serves one prefill at a time; only 1 is supported");
   }
-  if (opts.system.decode.on()) {
-    // The decode batch's ops (core/decode_engine.h) are executor-agnostic, but HwExecutor runs no
-    // batched kDecodeStep layer and has no CPU home for decode KV yet (issue 17's hw half).
-    throw ConfigError(config.Where("decode.policy") +
-                      ": kvtier hw does not decode yet; only kvtier sim runs decode.policy = " +
-                      config.GetString("decode.policy"));
+  if (opts.system.decode.on() && opts.system.decode.max_batch != 1) {
+    // hw decodes one request at a time (issue 17: batching beyond that is simulated). Refused
+    // rather than clamped: `kvtier validate` runs the same configuration through sim and hw, and
+    // a clamp would compare a batch of 1 with the simulator's larger one.
+    throw ConfigError(config.Where("decode.max_batch") + ": kvtier hw decodes one request at a " +
+                      "time; decode.policy = " + config.GetString("decode.policy") +
+                      " needs decode.max_batch = 1 (got " +
+                      std::to_string(opts.system.decode.max_batch) +
+                      "; larger batches are simulated: kvtier sim)");
   }
   experiment.CheckTrace();  // before the store is created
   for (const std::string& stale : RemoveStaleStores(out_path)) {
