@@ -33,3 +33,7 @@ kvtier_add_test(NAME hw_strategy_parity_test SOURCES strategy_parity_test.cc
                 LIBS kvtier_hw kvtier_sim kvtier_testutil LABELS parity)
 kvtier_add_test(NAME hw_calibrate_fit_test SOURCES calibrate_fit_test.cc LIBS kvtier_hwrun
                 LABELS unit)
+# Decode at batch size 1 (issue 17): hw issues the decode ops the simulator charges, for every
+# decode policy and transfer strategy, and the decode home holds the decoded sequence's KV.
+kvtier_add_test(NAME hw_decode_parity_test SOURCES decode_parity_test.cc
+                LIBS kvtier_hw kvtier_sim kvtier_testutil LABELS parity)
