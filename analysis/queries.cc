@@ -136,11 +136,14 @@ std::vector<DecodeSummaryRow> DecodeSummaries(const std::string& path,
   return rows;
 }
 
-std::vector<TtftErrorSummary> SimVsHwTtftErrors(const std::string& path,
-                                                const std::vector<long long>& sim_run_ids,
-                                                const std::vector<long long>& hw_run_ids) {
+namespace {
+
+// Per system, the errors of `view` (sim_vs_hw, sim_vs_hw_tpot) between the runs asked for.
+std::vector<TtftErrorSummary> SimVsHwErrors(const std::string& path, const std::string& view,
+                                            const std::vector<long long>& sim_run_ids,
+                                            const std::vector<long long>& hw_run_ids) {
   std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> errors;
-  Reader r(path, "SELECT system, abs_rel_error, rel_error FROM sim_vs_hw" +
+  Reader r(path, "SELECT system, abs_rel_error, rel_error FROM " + view +
                      PairedRuns(sim_run_ids, hw_run_ids));
   while (r.Next()) {
     auto& [abs_errors, signed_errors] = errors[r.Text(0)];
@@ -159,6 +162,20 @@ std::vector<TtftErrorSummary> SimVsHwTtftErrors(const std::string& path,
     out.push_back(std::move(s));
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<TtftErrorSummary> SimVsHwTtftErrors(const std::string& path,
+                                                const std::vector<long long>& sim_run_ids,
+                                                const std::vector<long long>& hw_run_ids) {
+  return SimVsHwErrors(path, "sim_vs_hw", sim_run_ids, hw_run_ids);
+}
+
+std::vector<TtftErrorSummary> SimVsHwTpotErrors(const std::string& path,
+                                                const std::vector<long long>& sim_run_ids,
+                                                const std::vector<long long>& hw_run_ids) {
+  return SimVsHwErrors(path, "sim_vs_hw_tpot", sim_run_ids, hw_run_ids);
 }
 
 std::vector<StageErrorRow> SimVsHwStages(const std::string& path,

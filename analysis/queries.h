@@ -78,6 +78,11 @@ struct TtftErrorSummary {
 std::vector<TtftErrorSummary> SimVsHwTtftErrors(const std::string& path,
                                                 const std::vector<long long>& sim_run_ids,
                                                 const std::vector<long long>& hw_run_ids);
+// The same for decode: per measured decode request, |sim - hw| / hw of its TPOT (view
+// sim_vs_hw_tpot); one summary per system with at least one paired decode request.
+std::vector<TtftErrorSummary> SimVsHwTpotErrors(const std::string& path,
+                                                const std::vector<long long>& sim_run_ids,
+                                                const std::vector<long long>& hw_run_ids);
 
 // One stage's busy time over a whole run, sim against hw (view sim_vs_hw_stages): SSD reads,
 // H2D copies, CPU gathers, ... and 'compute' (the layers' compute intervals).

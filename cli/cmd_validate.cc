@@ -5,6 +5,8 @@
 //                run's median / p90 with the load average (/proc/loadavg) when it started
 //   per stage    busy time of SSD reads, H2D copies, CPU gathers and layer compute, sim vs hw
 //                (view sim_vs_hw_stages): the median over the repeats of (sim - hw) / hw
+//   per decode   |sim TPOT - hw TPOT| / hw TPOT over the measured decode requests, for systems
+//   request      that decode (decode.policy; hw needs decode.max_batch = 1): view sim_vs_hw_tpot
 //
 //   kvtier validate --config X.ini --out R.sqlite [--preset compute-bound|io-bound|both]
 //                   [--repeats N] [--check] [--systems a,b] [--section.key=value ...]
@@ -16,7 +18,8 @@
 // TTFT; its runs are named "<experiment.name>-io-bound" so the views pair them apart.
 // --check fails (exit 4) unless every system that loads KV (its hw runs read from the SSD or
 // copied to the device) has median |TTFT error| <= 10% and p90 <= 20% in every preset, and
-// ssd_read and h2d busy time within 25%.
+// ssd_read and h2d busy time within 25%, and every system that decodes has median |TPOT error|
+// <= 10% (issue 17).
 //
 // The simulator uses the configuration's hardware profile: calibrate it first (`kvtier
 // calibrate --out configs/hardware/NAME.ini`, then --include.hardware=NAME). Everything goes
@@ -93,7 +96,7 @@ int RunValidate(const Args& args) {
       "(validate exits 3 when one of its hw runs failed, without simulating or comparing "
       "anything; with --check it exits 4 when a target is missed: median |TTFT error| <= 10% "
       "and p90 <= 20%, ssd_read and h2d busy time within 25%, for every system that loads KV, "
-      "in every preset run.)\n"));
+      "and median |TPOT error| <= 10% for every system that decodes, in every preset run.)\n"));
   bool quiet = false, check = false;
   std::string preset_flag = "both";
   int repeats = 3;
@@ -228,6 +231,37 @@ int RunValidate(const Args& args) {
                   !kv ? "-" : met ? "met" : "MISSED", per_run.c_str());
     }
 
+    // Decode (issue 17): TPOT per measured decode request, for the systems that decode.
+    bool tpot_header = false;
+    for (const auto& [system, system_runs] : hw) {
+      std::vector<long long> ids;
+      for (const HwRun& r : system_runs) ids.push_back(r.id);
+      const std::vector<TtftErrorSummary> pooled = SimVsHwTpotErrors(a.out(), sim_ids, ids);
+      if (pooled.empty()) continue;  // it does not decode
+      if (!tpot_header) {
+        std::printf("\nper-request TPOT error |sim - hw| / hw: measured decode requests of %d hw "
+                    "run(s) against the sim run\n",
+                    repeats);
+        std::printf("%-12s %8s %8s %8s %8s %8s %-7s  %s\n", "system", "requests", "median", "p90",
+                    "max", "signed", "target", "per run: median (load avg)");
+        tpot_header = true;
+      }
+      const TtftErrorSummary& e = pooled.front();
+      const bool met = e.median_abs <= 0.10;
+      all_met = all_met && met;
+      std::string per_run;
+      for (const HwRun& r : system_runs) {
+        const std::vector<TtftErrorSummary> one = SimVsHwTpotErrors(a.out(), sim_ids, {r.id});
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%s%.1f%% (%.2f)", per_run.empty() ? "" : ", ",
+                      one.empty() ? 0.0 : 100 * one.front().median_abs, r.load);
+        per_run += buf;
+      }
+      std::printf("%-12s %8zu %7.1f%% %7.1f%% %7.1f%% %7.1f%% %-7s  %s\n", system.c_str(),
+                  e.requests, 100 * e.median_abs, 100 * e.p90_abs, 100 * e.max_abs,
+                  100 * e.median_signed, met ? "met" : "MISSED", per_run.c_str());
+    }
+
     std::printf("\nper-stage busy time, whole run: sim vs hw, (sim - hw) / hw, median over the "
                 "hw runs [each run]\n");
     std::printf("%-12s %-11s %11s %11s %9s %-7s  %s\n", "system", "stage", "sim", "hw median",
@@ -255,7 +289,8 @@ int RunValidate(const Args& args) {
     }
   }
   std::printf("\ntargets (systems that load KV, every preset): median |TTFT error| <= 10%%, p90 "
-              "<= 20%%, ssd_read and h2d busy time within 25%%: %s (query the sim_vs_hw and "
+              "<= 20%%, ssd_read and h2d busy time within 25%%; systems that decode: median "
+              "|TPOT error| <= 10%%: %s (query the sim_vs_hw, sim_vs_hw_tpot and "
               "sim_vs_hw_stages views in %s)\n",
               all_met ? "met" : "missed", a.out().c_str());
   if (worst != 0) return worst;
