@@ -6,7 +6,10 @@ kvtier_add_test(NAME hw_executor_gpu_test SOURCES hw_executor_gpu_test.cc
                 LIBS kvtier_hw kvtier_testutil LABELS gpu)
 kvtier_add_test(NAME hw_cli_test SOURCES hw_cli_test.cc LIBS kvtier_core kvtier_cost LABELS unit)
 kvtier_add_test(NAME hw_run_test SOURCES hw_run_test.cc LIBS kvtier_core kvtier_results LABELS slow)
-foreach(t hw_cli_test hw_run_test)
+# `kvtier hw` and `kvtier validate` with decode systems (issue 17), batch size 1.
+kvtier_add_test(NAME hw_decode_cli_test SOURCES hw_decode_cli_test.cc LIBS kvtier_core
+                kvtier_results LABELS slow)
+foreach(t hw_cli_test hw_run_test hw_decode_cli_test)
   add_dependencies(${t} kvtier)
   target_compile_definitions(${t} PRIVATE KVTIER_CLI="$<TARGET_FILE:kvtier>")
 endforeach()
