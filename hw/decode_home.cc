@@ -47,6 +47,7 @@ DecodeHome::DecodeHome(const ModelSpec& model, std::int64_t tokens, Bytes max_pi
       region_bytes_(Bytes(tokens) * model.KBytesPerTokenLayer()),
       arena_(std::move(arena)),
       held_(std::size_t(model.layers), 0),
+      appended_(std::size_t(model.layers), 0),
       end_(std::size_t(model.layers), 0) {}
 
 bool DecodeHome::Serves(const TransferOp& op) {
@@ -107,12 +108,14 @@ void DecodeHome::OffloadPieces(const TransferOp& op, const DeviceAlloc& alloc,
     const Bytes bytes = join ? Share(op.bytes, std::uint64_t(layers), std::uint64_t(layer))
                              : op.bytes;
     if (join) end_[li] = 0, held_[li] = 0;
+    const std::int64_t before = held_[li];
     const Bytes k = bytes / 2;
     bool wrapped = WritePieces(region(layer, KvKind::kKey), end_[li], k, alloc, pieces);
     wrapped = WritePieces(region(layer, KvKind::kValue), end_[li], bytes - k, alloc, pieces) ||
               wrapped;
     end_[li] += k;
     held_[li] = std::min<std::int64_t>(tokens_, std::int64_t(end_[li] / token_bytes_));
+    appended_[li] = join ? 0 : held_[li] - before;
     wraps_ += wrapped ? 1 : 0;
   }
 }
@@ -120,11 +123,17 @@ void DecodeHome::OffloadPieces(const TransferOp& op, const DeviceAlloc& alloc,
 const std::byte* DecodeHome::SourceOf(int layer, KvKind kind, Bytes bytes,
                                       std::uint64_t salt) const {
   std::byte* base = region(layer, kind);
-  const Bytes filled = Bytes(held_[std::size_t(layer)]) * token_bytes_;
+  const std::size_t li = std::size_t(layer);
+  const Bytes filled = Bytes(held_[li]) * token_bytes_;
   if (bytes >= filled || bytes >= region_bytes_) return base;  // the whole layer, from 0
-  // A row (or a few) somewhere in what the layer holds, aligned to a head row.
+  // A row (or a few) somewhere in what the layer holds, aligned to a head row -- before the
+  // last step's token: SpeCache's prefetch of a layer runs beside that layer's offload (both
+  // follow its compute), which may still be writing it. (Whole-layer reads are ordered after
+  // the layer's offloads by the engine's dependencies.)
+  const Bytes settled = Bytes(held_[li] - appended_[li]) * token_bytes_;
+  if (bytes >= settled) return base;
   const Bytes row = model_.RowBytes();
-  const Bytes span = (filled - bytes) / row + 1;  // row-aligned starts that fit
+  const Bytes span = (settled - bytes) / row + 1;  // row-aligned starts that fit
   return base + (Mix(salt) % span) * row;
 }
 

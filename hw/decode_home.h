@@ -18,7 +18,8 @@
 //   kCpuGather decode_fetch / decode_prefetch, layer l (staged_gather's top-k)
 //                `ios` rows (one run each: the engine counts scattered rows), the first half
 //                from layer l's K, the second from its V, each a head row of the sequence at a
-//                position drawn by a fixed hash from those the home holds; laid out back to
+//                position drawn by a fixed hash from those the home holds (before the last
+//                step's token, which the layer's offload may still be writing); laid out back to
 //                back, K then V (the staged H2D copies the two regions);
 //   H2D decode_fetch / decode_prefetch, layer l, not staged (per_row, per_chunk, batched,
 //                device_gather; offload_all's stream of the whole layer)
@@ -104,6 +105,7 @@ class DecodeHome {
   std::unique_ptr<HostArena> arena_;
   mutable std::mutex mu_;
   std::vector<std::int64_t> held_;  // per layer: positions written (capped at tokens_)
+  std::vector<std::int64_t> appended_;  // per layer: positions the last step's offload added
   std::vector<Bytes> end_;          // per layer: the next write's byte offset in its regions
   std::uint64_t ops_ = 0;           // ops planned (the hash's salt)
   std::uint64_t wraps_ = 0;
