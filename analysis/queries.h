@@ -78,8 +78,8 @@ struct TtftErrorSummary {
 std::vector<TtftErrorSummary> SimVsHwTtftErrors(const std::string& path,
                                                 const std::vector<long long>& sim_run_ids,
                                                 const std::vector<long long>& hw_run_ids);
-// The same for decode: per measured decode request, |sim - hw| / hw of its TPOT (view
-// sim_vs_hw_tpot); one summary per system with at least one paired decode request.
+// The same for decode: per measured decode request (decode_requests) of the paired runs,
+// |sim - hw| / hw of its tpot_s; one summary per system with at least one paired decode request.
 std::vector<TtftErrorSummary> SimVsHwTpotErrors(const std::string& path,
                                                 const std::vector<long long>& sim_run_ids,
                                                 const std::vector<long long>& hw_run_ids);

@@ -97,22 +97,6 @@ JOIN requests qs ON qs.run_id = s.run_id AND qs.request_id = qh.request_id
 WHERE h.complete = 1 AND s.complete = 1 AND qh.warmup = 0 AND qh.status = 'ok'
   AND qs.status = 'ok';
 
--- Decode (core/decode_engine.h): the simulator's TPOT against the hardware's, per measured decode
--- request of a complete sim run and a complete hw run of the same experiment, system and trace
--- (kvtier validate's TPOT table; hw decodes at decode.max_batch = 1).
--- rel_error = (sim - hw) / hw of tpot_s.
-CREATE VIEW IF NOT EXISTS sim_vs_hw_tpot AS
-SELECT h.experiment, h.system, h.trace_sha256, s.run_id AS sim_run_id, h.run_id AS hw_run_id,
-       dh.request_id, ds.tpot_s AS sim_tpot_s, dh.tpot_s AS hw_tpot_s,
-       (ds.tpot_s - dh.tpot_s) / NULLIF(dh.tpot_s, 0) AS rel_error,
-       ABS(ds.tpot_s - dh.tpot_s) / NULLIF(dh.tpot_s, 0) AS abs_rel_error
-FROM runs h
-JOIN runs s ON s.mode = 'sim' AND h.mode = 'hw' AND s.experiment = h.experiment
-           AND s.system = h.system AND s.trace_sha256 = h.trace_sha256
-JOIN decode_requests dh ON dh.run_id = h.run_id
-JOIN decode_requests ds ON ds.run_id = s.run_id AND ds.request_id = dh.request_id
-WHERE h.complete = 1 AND s.complete = 1 AND dh.warmup = 0;
-
 -- Busy time per stage and run: transfer kinds (ssd_read, ssd_write, h2d, d2h, cpu_gather) from
 -- the transfers, and 'compute' from the layers' compute intervals; warm-ups included on both
 -- sides alike. busy_s is the time the stage had at least one op in progress (the union of the

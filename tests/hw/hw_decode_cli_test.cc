@@ -105,10 +105,13 @@ TEST(KvtierHwDecode, DecodesOneRequestAtATimeIntoTheDecodeTables) {
       << out;
   EXPECT_NE(out.find("per-request TPOT error"), std::string::npos) << out;
   ASSERT_EQ(sqlite3_open(v.c_str(), &h), SQLITE_OK);
-  EXPECT_EQ(Scalar(h, "SELECT COUNT(*) FROM sim_vs_hw_tpot WHERE system = 'specache'"), 4);
-  EXPECT_EQ(Scalar(h, "SELECT COUNT(*) FROM sim_vs_hw_tpot WHERE hw_tpot_s <= 0 OR "
-                      "sim_tpot_s <= 0"),
-            0);
+  const std::string paired =
+      "SELECT COUNT(*) FROM decode_requests dh JOIN runs h ON h.run_id = dh.run_id AND "
+      "h.mode = 'hw' JOIN runs s ON s.mode = 'sim' AND s.system = h.system JOIN decode_requests "
+      "ds ON ds.run_id = s.run_id AND ds.request_id = dh.request_id WHERE dh.warmup = 0 AND "
+      "h.system = 'specache'";
+  EXPECT_EQ(Scalar(h, paired), 4);
+  EXPECT_EQ(Scalar(h, paired + " AND (dh.tpot_s <= 0 OR ds.tpot_s <= 0)"), 0);
   sqlite3_close(h);
 }
 
