@@ -151,6 +151,11 @@ ChildFn SimChild(const std::string& out) {
                  std::to_string(r.memo_reused_layers + r.memo_computed_layers) +
                  " layers from the selection memo";
     }
+    if (r.h2o_memo_reused_layers > 0) {
+      summary += "; H2O selections of " + std::to_string(r.h2o_memo_reused_layers) + " of " +
+                 std::to_string(r.h2o_memo_reused_layers + r.h2o_memo_computed_layers) +
+                 " layers from the selection memo";
+    }
     return ChildRun{r.run_id, summary};
   };
 }

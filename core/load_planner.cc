@@ -270,6 +270,14 @@ void LoadPlanner::Plan(int layer, KvKind kind, const Selection& sel, bool demand
       lo = sel.begin, hi = sel.end;
       std::fill(mark.begin() + lo, mark.begin() + hi, 1);
       for (std::int64_t t = lo; t < hi; ++t) need_bytes[slot_of_[std::size_t(t)]] += token_bytes;
+    } else if (sel.kind == Selection::Kind::kCounted) {
+      // One head's row per head keeping the token: the integer sums of the per-head walk.
+      const Bytes row = run_.model().RowBytes();
+      for (std::size_t i = 0; i < sel.shared.size(); ++i) {
+        const std::int32_t t = sel.shared[i];
+        mark[std::size_t(t)] = 1;
+        need_bytes[slot_of_[std::size_t(t)]] += row * Bytes(sel.counts[i]);
+      }
     } else {
       const Bytes row = run_.model().RowBytes();
       for (const TokenSet& head : sel.per_head) {

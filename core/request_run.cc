@@ -132,6 +132,14 @@ void RequestRun::Keep(const Selection& kept) {
       std::sort(u.begin(), u.end());
       u.erase(std::unique(u.begin(), u.end()), u.end());
     }
+  } else if (kept.kind == Selection::Kind::kCounted) {
+    // w added once per head keeping the token, as for the sets: the same float sums.
+    const float w = 1.0f / float(std::max(1, kept.heads));
+    for (std::size_t i = 0; i < kept.shared.size(); ++i) {
+      float& f = kept_fraction[std::size_t(kept.shared[i])];
+      for (std::uint16_t c = 0; c < kept.counts[i]; ++c) f += w;
+    }
+    if (sets) kept_sets.back() = kept.shared;  // the heads' union
   } else {
     for (auto& f : kept_fraction) f += 1.0f;
     if (sets) {

@@ -14,6 +14,7 @@
 
 #include "core/itf.h"
 #include "core/request.h"
+#include "core/selection.h"
 
 namespace kvtier {
 
@@ -41,8 +42,22 @@ class ScoreSource {
                      options);
   }
 
+  // H2O's selection for `layer`: each of `heads` keeps its top `k` tokens (core/itf.h
+  // SelectPerHead on Scores() of those heads), as a kCounted selection (core/selection.h). A
+  // source that already knows the answer (TraceScoreSource with an H2O selection memo)
+  // overrides it; its answer must be the default's.
+  // REQUIRES: as Scores(); 1 <= k <= reused_tokens.
+  virtual Selection TopKPerHead(const Request& request, int layer, std::int64_t reused_tokens,
+                                std::span<const int> heads, std::int64_t k) {
+    Scores(request, layer, reused_tokens, heads, &head_scores_);
+    return Selection::Counted(
+        SelectPerHead(head_scores_, static_cast<int>(heads.size()), reused_tokens, k),
+        reused_tokens);
+  }
+
  private:
   std::vector<float> probe_scores_;  // Itf()'s scratch
+  std::vector<float> head_scores_;   // TopKPerHead()'s scratch
 };
 
 }  // namespace kvtier

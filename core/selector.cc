@@ -20,18 +20,19 @@ std::unique_ptr<TokenSelector> NewHistorySelector(const ModelSpec& model,
 namespace {
 
 // The one table of selectors. A new selector adds one line here (and its file).
-//  name       factory          help                                          query  probe  history
+//  name       factory          help                             query  probe  history  per-head
 constexpr SelectorInfo kSelectors[] = {
-    {"all", &NewAllSelector, "every K and V row of the reused prefix", false, false, false},
+    {"all", &NewAllSelector, "every K and V row of the reused prefix", false, false, false,
+     false},
     {"h2o", &NewH2oSelector,
      "all keys, full scores, each KV head's top-k tokens, their values (H2O)", true, false,
-     false},
+     false, true},
     {"itf", &NewItfSelector,
      "probe heads' keys and scores; K and V of one voted set, or itf.fallback (SPEC IV-B)",
-     true, true, false},
+     true, true, false, false},
     {"history", &NewHistorySelector,
      "top select.retention of each range by the segments' importance history; reads no query",
-     false, false, true},
+     false, false, true, false},
 };
 
 }  // namespace
@@ -50,6 +51,12 @@ std::vector<Choice> ItfFallbackChoices() {
 
 const SelectorInfo& FindSelector(std::string_view name, std::string_view key) {
   return FindEntry(Selectors(), name, key, "selector");
+}
+
+bool UsesPerHeadTopK(const SystemOptions& system) {
+  const SelectorInfo& s = FindSelector(system.select);
+  return s.per_head_top_k ||
+         (s.probe_keys && FindSelector(system.itf_fallback, "itf.fallback").per_head_top_k);
 }
 
 std::unique_ptr<TokenSelector> NewSelector(std::string_view name, const ModelSpec& model,

@@ -148,7 +148,13 @@ struct SelectorInfo {
   // Chooses from the segments' importance history: the pipeline keeps that history (each
   // request's observed importance) even without reordering.
   bool history;
+  // Keeps every KV head's top-k (ScoreSource::TopKPerHead): the selections may be memoised
+  // (traces/selection_memo.h, MakeH2oKey).
+  bool per_head_top_k;
 };
+// Whether `system` asks ScoreSource::TopKPerHead (its selector, or ITF's fallback, keeps every
+// KV head's top-k).
+bool UsesPerHeadTopK(const SystemOptions& system);
 
 // The table, in order; choices of select.policy.
 std::span<const SelectorInfo> Selectors();

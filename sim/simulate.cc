@@ -18,7 +18,7 @@ namespace {
 
 // What the simulator does differently around the experiment driver (driver/experiment.h): the
 // SimGrid executor, gpu.concurrent_prefills requests served at once (sim/serve.h), and the ITF
-// decisions remembered per trace across runs (traces/selection_memo.h).
+// decisions and H2O's selections remembered per trace across runs (traces/selection_memo.h).
 class SimBackend : public ExperimentBackend {
  public:
   SimBackend(const ExperimentOptions& opts, ComputeTimer timer)
@@ -35,14 +35,24 @@ class SimBackend : public ExperimentBackend {
 
   void BeginRun(const RunInfo& info, TraceScoreSource* scores) override {
     const std::string dir = SelectionMemo::DefaultDir();
-    if (!FindSelector(opts_.system.select).probe_keys || dir.empty()) return;
-    memo_ = SelectionMemo::Open(
-        dir,
-        SelectionMemo::MakeKey(info.trace_sha256, opts_.model, opts_.importance,
-                               opts_.system.itf_options.retention,
-                               opts_.system.itf_options.probe_heads),
-        opts_.model.layers);
-    scores->UseMemo(memo_.get());
+    if (dir.empty()) return;
+    if (FindSelector(opts_.system.select).probe_keys) {
+      memo_ = SelectionMemo::Open(
+          dir,
+          SelectionMemo::MakeKey(info.trace_sha256, opts_.model, opts_.importance,
+                                 opts_.system.itf_options.retention,
+                                 opts_.system.itf_options.probe_heads),
+          opts_.model.layers);
+      scores->UseMemo(memo_.get());
+    }
+    if (UsesPerHeadTopK(opts_.system) && opts_.model.kv_heads <= 255) {
+      h2o_memo_ = SelectionMemo::Open(
+          dir,
+          SelectionMemo::MakeH2oKey(info.trace_sha256, opts_.model, opts_.importance,
+                                    opts_.system.retention),
+          opts_.model.layers);
+      scores->UseH2oMemo(h2o_memo_.get());
+    }
   }
 
   ServeOutcome Serve(Pipeline& pipeline, const NextFn& next, const DoneFn& done) override {
@@ -53,6 +63,7 @@ class SimBackend : public ExperimentBackend {
 
   void EndServing() override {
     if (memo_) memo_->Finish();
+    if (h2o_memo_) h2o_memo_->Finish();
   }
 
   void LogMetrics(RunLog& log) override {
@@ -60,16 +71,22 @@ class SimBackend : public ExperimentBackend {
       log.LogMetric("selection_memo_reused_layers", double(memo_->stats().reused));
       log.LogMetric("selection_memo_computed_layers", double(memo_->stats().computed));
     }
+    if (h2o_memo_) {
+      log.LogMetric("h2o_memo_reused_layers", double(h2o_memo_->stats().reused));
+      log.LogMetric("h2o_memo_computed_layers", double(h2o_memo_->stats().computed));
+    }
     log.LogMetric("activities", double(executor_.activities_started()));
   }
 
   const SimExecutor& sim_executor() const { return executor_; }
   const SelectionMemo* memo() const { return memo_.get(); }
+  const SelectionMemo* h2o_memo() const { return h2o_memo_.get(); }
 
  private:
   const ExperimentOptions& opts_;
   SimExecutor executor_;
   std::unique_ptr<SelectionMemo> memo_;
+  std::unique_ptr<SelectionMemo> h2o_memo_;
 };
 
 }  // namespace
@@ -102,6 +119,10 @@ SimulationResult RunSimulation(const Config& config, const std::string& trace_pa
   if (const SelectionMemo* memo = backend.memo()) {
     result.memo_reused_layers = memo->stats().reused;
     result.memo_computed_layers = memo->stats().computed;
+  }
+  if (const SelectionMemo* memo = backend.h2o_memo()) {
+    result.h2o_memo_reused_layers = memo->stats().reused;
+    result.h2o_memo_computed_layers = memo->stats().computed;
   }
   return result;
 }

@@ -26,6 +26,8 @@ struct SimulationResult {
   std::uint64_t activities = 0;
   std::uint64_t memo_reused_layers = 0;    // ITF layers answered from the selection memo
   std::uint64_t memo_computed_layers = 0;  // ITF layers computed (and remembered)
+  std::uint64_t h2o_memo_reused_layers = 0;    // H2O selections from the selection memo
+  std::uint64_t h2o_memo_computed_layers = 0;  // H2O selections computed (and remembered)
 };
 
 // Progress callback: requests done, requests total (0 if unknown), simulated seconds.

@@ -70,9 +70,13 @@ void TraceScoreSource::AddEntry(RequestId id, ImportanceKind kind, std::uint64_t
   }
   auto [it, added] = entries_.try_emplace(id);
   Entry& e = it->second;
-  if (memo_ != nullptr && !added) memo_->End(e.ordinal);  // replaced
+  for (SelectionMemo* m : {memo_, h2o_memo_}) {
+    if (m != nullptr && !added) m->End(e.ordinal);  // replaced
+  }
   e.ordinal = next_ordinal_++;
-  if (memo_ != nullptr) memo_->Begin(e.ordinal, id);
+  for (SelectionMemo* m : {memo_, h2o_memo_}) {
+    if (m != nullptr) m->Begin(e.ordinal, id);
+  }
   e.kind = kind;
   e.query_key = kind == ImportanceKind::kNone
                     ? DefaultQueryKey(none_model_->params().seed, id)
@@ -114,7 +118,9 @@ void TraceScoreSource::Add(TraceRecord&& record) {
 void TraceScoreSource::Release(RequestId id) {
   auto it = entries_.find(id);
   if (it == entries_.end()) return;
-  if (memo_ != nullptr) memo_->End(it->second.ordinal);
+  for (SelectionMemo* m : {memo_, h2o_memo_}) {
+    if (m != nullptr) m->End(it->second.ordinal);
+  }
   entries_.erase(it);
 }
 
@@ -149,6 +155,41 @@ ItfDecision TraceScoreSource::Itf(const Request& request, int layer, std::int64_
                /*from_memo=*/false);
   if (d.fallback) d.voted.clear();  // as SelectItf: a fallback layer has no voted set
   return d;
+}
+
+namespace {
+std::int64_t CountSum(const std::vector<std::uint8_t>& counts) {
+  std::int64_t sum = 0;
+  for (std::uint8_t c : counts) sum += c;
+  return sum;
+}
+}  // namespace
+
+Selection TraceScoreSource::TopKPerHead(const Request& request, int layer,
+                                        std::int64_t reused_tokens, std::span<const int> heads,
+                                        std::int64_t k) {
+  // The memo's key names every KV head.
+  bool all_heads = static_cast<int>(heads.size()) == target_.kv_heads;
+  for (std::size_t j = 0; j < heads.size(); ++j) {
+    all_heads = all_heads && heads[j] == static_cast<int>(j);
+  }
+  if (h2o_memo_ == nullptr || !all_heads || reused_tokens < 1) {
+    return ScoreSource::TopKPerHead(request, layer, reused_tokens, heads, k);
+  }
+  auto it = entries_.find(request.id);
+  KVTIER_CHECK(it != entries_.end(), "TraceScoreSource::TopKPerHead: request was not Add()ed");
+  const std::uint64_t ordinal = it->second.ordinal;
+  const std::int64_t n = reused_tokens;
+  if (const MemoLayer* m = h2o_memo_->Find(ordinal, layer, n);
+      m != nullptr && std::int64_t(m->k) == k && !m->counts.empty() &&
+      CountSum(m->counts) == k * target_.kv_heads) {
+    Selection sel = m->Counted(target_.kv_heads);
+    h2o_memo_->Store(ordinal, layer, *m, /*from_memo=*/true);
+    return sel;
+  }
+  Selection sel = ScoreSource::TopKPerHead(request, layer, n, heads, k);
+  h2o_memo_->Store(ordinal, layer, MemoLayer::FromCounted(n, k, sel), /*from_memo=*/false);
+  return sel;
 }
 
 void TraceScoreSource::Scores(const Request& request, int layer, std::int64_t reused_tokens,

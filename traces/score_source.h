@@ -16,7 +16,8 @@
 // Add()ed in trace order (their ordinal is the count of earlier Add() calls). Not thread-safe.
 //
 // With a SelectionMemo (UseMemo), Itf() answers from decisions an earlier run of the same trace
-// made and remembers the ones it computes (traces/selection_memo.h).
+// made and remembers the ones it computes (traces/selection_memo.h); with an H2O selection memo
+// (UseH2oMemo), TopKPerHead() does the same for H2O's per-head selections.
 
 #include <memory>
 #include <optional>
@@ -74,10 +75,17 @@ class TraceScoreSource : public ScoreSource {
 
   // Remember and reuse ITF decisions in `memo` (not owned; nullptr: none). Call before Add().
   void UseMemo(SelectionMemo* memo) { memo_ = memo; }
+  // Remember and reuse H2O's selections in `memo` (opened with SelectionMemo::MakeH2oKey; not
+  // owned; nullptr: none). Call before Add().
+  void UseH2oMemo(SelectionMemo* memo) { h2o_memo_ = memo; }
   // See ScoreSource. With a memo and probe heads 0..P-1, answers from the memo when it holds
   // this (record, layer, n); otherwise computes and stores the decision.
   ItfDecision Itf(const Request& request, int layer, std::int64_t reused_tokens,
                   std::span<const int> probe_heads, const ItfOptions& options) override;
+  // See ScoreSource. With an H2O memo and every KV head 0..H-1, answers from the memo when it
+  // holds this (record, layer, n) for this k; otherwise computes and stores the selection.
+  Selection TopKPerHead(const Request& request, int layer, std::int64_t reused_tokens,
+                        std::span<const int> heads, std::int64_t k) override;
 
  private:
   struct Entry {
@@ -98,6 +106,7 @@ class TraceScoreSource : public ScoreSource {
   std::unique_ptr<ImportanceModel> none_model_;
   std::unordered_map<RequestId, Entry> entries_;
   SelectionMemo* memo_ = nullptr;
+  SelectionMemo* h2o_memo_ = nullptr;
   std::uint64_t next_ordinal_ = 0;
   std::int64_t over_context_ = 0;  // requests longer than target_.max_context
   std::vector<float> probe_scores_;  // Itf()'s scratch

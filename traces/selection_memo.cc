@@ -18,8 +18,9 @@
 namespace kvtier {
 namespace {
 
-constexpr char kMagic[8] = {'K', 'V', 'T', 'S', 'E', 'L', '0', '1'};
-constexpr std::size_t kEntryHeader = 40;  // ordinal, id, layer, n, k, crc, similarity
+constexpr char kMagic[8] = {'K', 'V', 'T', 'S', 'E', 'L', '0', '2'};
+// ordinal, id, layer, n, k, crc, similarity, bits set, counts
+constexpr std::size_t kEntryHeader = 48;
 constexpr std::uint32_t kMaxTokens = 1u << 26;
 constexpr std::uint32_t kMaxKey = 1u << 16;
 
@@ -117,6 +118,32 @@ MemoLayer MemoLayer::FromVoted(std::int64_t n, std::int64_t k, double similarity
   return m;
 }
 
+MemoLayer MemoLayer::FromCounted(std::int64_t n, std::int64_t k, const Selection& sel) {
+  KVTIER_CHECK(sel.kind == Selection::Kind::kCounted && sel.heads >= 1 && sel.heads <= 255,
+               "MemoLayer: an H2O entry needs a counted selection of at most 255 heads");
+  MemoLayer m = FromVoted(n, k, 0, {});
+  m.k = static_cast<std::uint32_t>(k);
+  for (std::int32_t t : sel.shared) m.voted_bits[std::size_t(t) >> 6] |= std::uint64_t{1} << (t & 63);
+  m.counts.assign(sel.counts.begin(), sel.counts.end());
+  return m;
+}
+
+Selection MemoLayer::Counted(int heads) const {
+  KVTIER_CHECK(!counts.empty(), "MemoLayer: not an H2O entry");
+  Selection s;
+  s.kind = Selection::Kind::kCounted;
+  s.heads = heads;
+  s.shared.reserve(counts.size());
+  for (std::size_t w = 0; w < voted_bits.size(); ++w) {
+    for (std::uint64_t bits = voted_bits[w]; bits != 0; bits &= bits - 1) {
+      s.shared.push_back(static_cast<std::int32_t>(w * 64 + std::countr_zero(bits)));
+    }
+  }
+  KVTIER_CHECK(s.shared.size() == counts.size(), "MemoLayer: counts do not match the set");
+  s.counts.assign(counts.begin(), counts.end());
+  return s;
+}
+
 TokenSet MemoLayer::Voted() const {
   TokenSet out(k);
   std::size_t i = 0;
@@ -142,6 +169,22 @@ std::string SelectionMemo::DefaultDir() {
   return std::string(home) + "/.cache/kvtier/selections";
 }
 
+std::uintmax_t SelectionMemo::MaxFileBytes() {
+  if (const char* v = std::getenv("KVTIER_SELECTION_MEMO_MAX_FILE_MB"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const unsigned long long mb = std::strtoull(v, &end, 10);
+    if (end != nullptr && *end == '\0') return std::uintmax_t(mb) << 20;
+  }
+  return std::uintmax_t{2048} << 20;
+}
+
+std::string SelectionMemo::MakeH2oKey(const std::string& trace_sha256, const ModelSpec& target,
+                                      const std::string& importance, double retention) {
+  KVTIER_CHECK(target.kv_heads >= 1 && target.kv_heads <= 255,
+               "an H2O selection memo counts at most 255 heads");
+  return MakeKey(trace_sha256, target, importance, retention, 0) + "h2o: every head's top-k\n";
+}
+
 std::string SelectionMemo::MakeKey(const std::string& trace_sha256, const ModelSpec& target,
                                    const std::string& importance, double retention,
                                    int probe_heads) {
@@ -155,7 +198,7 @@ std::string SelectionMemo::MakeKey(const std::string& trace_sha256, const ModelS
 }
 
 std::unique_ptr<SelectionMemo> SelectionMemo::Open(const std::string& dir, const std::string& key,
-                                                   int layers) {
+                                                   int layers, std::uintmax_t max_file_bytes) {
   KVTIER_CHECK(layers >= 1, "SelectionMemo needs layers >= 1");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -167,6 +210,7 @@ std::unique_ptr<SelectionMemo> SelectionMemo::Open(const std::string& dir, const
   const std::string name = Hex64(Fnv1a64(key)) + ".kvsel";
   RemoveOrphans(dir, name);
   std::unique_ptr<SelectionMemo> memo(new SelectionMemo(dir + "/" + name, key, layers));
+  memo->max_file_bytes_ = max_file_bytes;
   memo->OpenReader();
   // The new memo, started only once this run has something the old one lacks (StartWriting):
   // a run that reuses every decision writes nothing.
@@ -274,7 +318,7 @@ bool SelectionMemo::ReadEntry() {
     return false;
   }
   std::uint64_t ordinal, id;
-  std::uint32_t layer, n, k, crc;
+  std::uint32_t layer, n, k, crc, set_bits, ncounts;
   double similarity;
   std::memcpy(&ordinal, &buf_[0], 8);
   std::memcpy(&id, &buf_[8], 8);
@@ -283,8 +327,12 @@ bool SelectionMemo::ReadEntry() {
   std::memcpy(&k, &buf_[24], 4);
   std::memcpy(&crc, &buf_[28], 4);
   std::memcpy(&similarity, &buf_[32], 8);
-  if (layer >= std::uint32_t(layers_) || n == 0 || n > kMaxTokens || k > n) {
-    ReaderFailed(where + " has an impossible layer, n or k");
+  std::memcpy(&set_bits, &buf_[40], 4);
+  std::memcpy(&ncounts, &buf_[44], 4);
+  // ITF: k set tokens, no counts; H2O: the union (>= k tokens), a count each.
+  if (layer >= std::uint32_t(layers_) || n == 0 || n > kMaxTokens || k > n || set_bits > n ||
+      (ncounts == 0 ? set_bits != k : (ncounts != set_bits || set_bits < k))) {
+    ReaderFailed(where + " has an impossible layer, n, k or counts");
     return false;
   }
   if (entries_read_ > 0 && (ordinal < next_ordinal_ ||
@@ -293,8 +341,9 @@ bool SelectionMemo::ReadEntry() {
     return false;
   }
   const std::size_t words = Words(n);
-  buf_.resize(kEntryHeader + words * 8);
-  if (std::fread(buf_.data() + kEntryHeader, 8, words, in_) != words) {
+  buf_.resize(kEntryHeader + words * 8 + ncounts);
+  if (std::fread(buf_.data() + kEntryHeader, 1, words * 8 + ncounts, in_) !=
+      words * 8 + ncounts) {
     ReaderFailed(where + " is truncated");
     return false;
   }
@@ -308,10 +357,12 @@ bool SelectionMemo::ReadEntry() {
   next_.similarity = similarity;
   next_.voted_bits.resize(words);
   std::memcpy(next_.voted_bits.data(), buf_.data() + kEntryHeader, words * 8);
+  next_.counts.assign(buf_.begin() + std::ptrdiff_t(kEntryHeader + words * 8), buf_.end());
   std::uint64_t bits = 0;
   for (std::uint64_t w : next_.voted_bits) bits += std::uint64_t(std::popcount(w));
-  if (bits != k || (n % 64 != 0 && (next_.voted_bits.back() >> (n % 64)) != 0)) {
-    ReaderFailed(where + " does not hold k tokens below n");
+  if (bits != set_bits || (n % 64 != 0 && (next_.voted_bits.back() >> (n % 64)) != 0) ||
+      std::find(next_.counts.begin(), next_.counts.end(), 0) != next_.counts.end()) {
+    ReaderFailed(where + " does not hold its tokens below n, each counted");
     return false;
   }
   next_ordinal_ = ordinal;
@@ -410,7 +461,17 @@ void SelectionMemo::WriteEntry(std::uint64_t ordinal, RequestId id, int layer,
   if (out_ == nullptr) return;
   const std::size_t words = Words(m.n);
   KVTIER_CHECK(m.voted_bits.size() == words, "MemoLayer: bits do not match n");
-  buf_.resize(kEntryHeader + words * 8);
+  const std::size_t size = kEntryHeader + words * 8 + m.counts.size();
+  // At MaxFileBytes() the memo stops: what it holds stays a prefix of the trace's records.
+  if (full_ || stats_.bytes_written + size > max_file_bytes_) {
+    full_ = true;
+    ++stats_.not_stored;
+    return;
+  }
+  std::uint32_t set_bits = 0;
+  for (std::uint64_t w : m.voted_bits) set_bits += std::uint32_t(std::popcount(w));
+  const auto ncounts = static_cast<std::uint32_t>(m.counts.size());
+  buf_.resize(size);
   const std::uint64_t id64 = id;
   const auto layer32 = static_cast<std::uint32_t>(layer);
   const std::uint32_t zero = 0;
@@ -421,7 +482,10 @@ void SelectionMemo::WriteEntry(std::uint64_t ordinal, RequestId id, int layer,
   std::memcpy(&buf_[24], &m.k, 4);
   std::memcpy(&buf_[28], &zero, 4);
   std::memcpy(&buf_[32], &m.similarity, 8);
+  std::memcpy(&buf_[40], &set_bits, 4);
+  std::memcpy(&buf_[44], &ncounts, 4);
   std::memcpy(&buf_[kEntryHeader], m.voted_bits.data(), words * 8);
+  if (ncounts > 0) std::memcpy(&buf_[kEntryHeader + words * 8], m.counts.data(), ncounts);
   const std::uint32_t crc = wire::Crc32(buf_);
   std::memcpy(&buf_[28], &crc, 4);
   if (std::fwrite(buf_.data(), 1, buf_.size(), out_) != buf_.size()) {

@@ -1,6 +1,7 @@
 #pragma once
-// SelectionMemo: ITF decisions remembered across runs of one trace, so that a sweep pays for
-// importance generation and exact top-k selection once per trace instead of once per point.
+// SelectionMemo: ITF decisions (or H2O's per-head selections) remembered across runs of one
+// trace, so that a sweep pays for importance generation and exact top-k selection once per
+// trace instead of once per point.
 //
 // Why it is sound: a layer's ITF decision (core/itf.h) depends only on the trace record, the
 // layer, the number of reused tokens n, select.retention and itf.probe_heads (plus, for
@@ -10,6 +11,13 @@
 // applies the run's own threshold. n can differ between systems (the radix tree matches what
 // they kept), so every entry carries its n and is used only for the same n.
 //
+// H2O's selection of a layer (every KV head's top-k, k = ceil(retention * n)) depends on the same
+// things but the probe heads; its memo (MakeH2oKey, a file of its own) stores what the pipeline
+// reads of it: the heads' union and how many heads keep each of its tokens (Selection::kCounted),
+// ~n/8 + |union| bytes a layer. A memo file stops growing at MaxFileBytes(): later decisions
+// are computed in every run (a memo of the whole Mooncake trace's H2O selections would be
+// ~4 GB); the entries kept are the first records', so a run of a trace prefix is all reused.
+//
 // A memo is a cache, never an input: a missing, stale or corrupt file is a warning and the
 // decisions are computed. The file name hashes a key that names everything above plus the
 // running executable (size and modification time), so a rebuilt kvtier never trusts decisions
@@ -18,11 +26,14 @@
 // and renames it over the old one at Finish(), so concurrent sweep processes and interrupted
 // runs leave either the old or a complete new memo; a run that reuses everything writes nothing.
 //
-// File format (little-endian): "KVTSEL01", u32 key length, key bytes, u32 CRC-32 of the key;
+// File format (little-endian): "KVTSEL02", u32 key length, key bytes, u32 CRC-32 of the key;
 // then entries in trace-record order, layers ascending within a record:
 //   u64 ordinal (record index in the trace), u64 request id, u32 layer, u32 n, u32 k,
-//   u32 CRC-32 (of the entry with this field zero), f64 similarity,
-//   u64 voted[ceil(n / 64)] (bit t set iff reused token t is in the voted set; k bits set).
+//   u32 CRC-32 (of the entry with this field zero), f64 similarity, u32 bits set, u32 counts,
+//   u64 voted[ceil(n / 64)] (bit t set iff reused token t is in the set),
+//   u8 count[counts] (H2O: the heads keeping each set token, in token order; ITF: none).
+// ITF entries hold the voted set (k bits, no counts); H2O entries the heads' union (`bits` >= k
+// tokens, one count >= 1 each) with k the per-head k.
 //
 // Usage (TraceScoreSource does this): Begin(ordinal, id) when a record enters the replay, in
 // trace order; Find() / Store() per ITF layer; End(ordinal) when the record is done (any
@@ -39,6 +50,7 @@
 
 #include "core/itf.h"
 #include "core/model_spec.h"
+#include "core/selection.h"
 #include "core/types.h"
 
 namespace kvtier {
@@ -49,12 +61,17 @@ struct MemoLayer {
   std::uint32_t k = 0;
   double similarity = 0;
   std::vector<std::uint64_t> voted_bits;  // ceil(n / 64) words
+  std::vector<std::uint8_t> counts;       // H2O: heads keeping each set token; ITF: empty
 
   // Bits of a sorted token set of size k over n tokens.
   static MemoLayer FromVoted(std::int64_t n, std::int64_t k, double similarity,
                              const TokenSet& voted);
+  // An H2O selection over n tokens with per-head k. REQUIRES: sel is kCounted, heads <= 255.
+  static MemoLayer FromCounted(std::int64_t n, std::int64_t k, const Selection& sel);
   // The voted set, sorted ascending.
   TokenSet Voted() const;
+  // The H2O selection of `heads` heads. REQUIRES: an H2O entry (counts not empty).
+  Selection Counted(int heads) const;
 };
 
 struct SelectionMemoStats {
@@ -62,6 +79,7 @@ struct SelectionMemoStats {
   std::uint64_t computed = 0;  // ITF layers computed (and stored)
   bool written = false;        // Finish() put a new memo in place
   std::uint64_t bytes_written = 0;  // into the new memo (0 when every decision was reused)
+  std::uint64_t not_stored = 0;     // entries left out at MaxFileBytes()
 };
 
 class SelectionMemo {
@@ -74,15 +92,25 @@ class SelectionMemo {
   // a new one is written: $KVTIER_SELECTION_MEMO_MAX_MB MiB, default 4 GiB.
   static std::uintmax_t MaxDirectoryBytes();
 
+  // A memo file stops growing at this many bytes (its later decisions are computed in every
+  // run): $KVTIER_SELECTION_MEMO_MAX_FILE_MB MiB, default 2 GiB (half the directory's default,
+  // so a trace's ITF and H2O memos fit together).
+  static std::uintmax_t MaxFileBytes();
+
   // The key of a replay: the trace's SHA-256, the replayed model's shape, the importance model
   // for records without scores, retention, probe heads, and the running executable.
   static std::string MakeKey(const std::string& trace_sha256, const ModelSpec& target,
                              const std::string& importance, double retention, int probe_heads);
+  // The same for H2O's selections (every KV head's top-k). REQUIRES: target.kv_heads <= 255.
+  static std::string MakeH2oKey(const std::string& trace_sha256, const ModelSpec& target,
+                                const std::string& importance, double retention);
 
-  // Opens the memo of `key` under `dir` (created if needed) for a model of `layers` layers.
-  // Returns nullptr, after a warning on stderr, when `dir` cannot be used.
+  // Opens the memo of `key` under `dir` (created if needed) for a model of `layers` layers; it
+  // stops growing at `max_file_bytes`. Returns nullptr, after a warning on stderr, when `dir`
+  // cannot be used.
   static std::unique_ptr<SelectionMemo> Open(const std::string& dir, const std::string& key,
-                                             int layers);
+                                             int layers,
+                                             std::uintmax_t max_file_bytes = MaxFileBytes());
   ~SelectionMemo();  // removes an unfinished new file
 
   const std::string& path() const { return path_; }
@@ -125,6 +153,8 @@ class SelectionMemo {
   bool had_memo_ = false;
   bool reader_failed_ = false;
   bool writer_failed_ = false;
+  bool full_ = false;  // max_file_bytes_ reached: nothing more is written
+  std::uintmax_t max_file_bytes_ = MaxFileBytes();
   std::uint64_t valid_end_ = 0;  // old memo: bytes before this are read and checked
   // The next unread entry of the old memo.
   bool has_next_ = false;

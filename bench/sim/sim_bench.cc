@@ -32,7 +32,7 @@
 //   pipeline  the rest: planning, cache bookkeeping, prefetch bookkeeping, the radix tree.
 //   select    with a selection memo: the whole ITF call (memo lookup and decoding, or scoring,
 //             selection and storing when the memo lacks the layer); nothing is subtracted.
-// Systems with ITF run three times by default (--memo all): without a selection memo
+// Systems with ITF or H2O run three times by default (--memo all): without a selection memo
 // (traces/selection_memo.h), with an empty one (`:cold`, the first run of a sweep: computes
 // and writes it) and with the memo that run wrote (`:warm`, every later run of the trace).
 // --memo warm runs only the `:warm` row, on the memo an earlier sim_bench left in the build
@@ -180,12 +180,19 @@ struct TimedScores : ScoreSource {
   double retention = 0.25;
   bool replay_selection = true;
   bool memo = false;  // Itf() goes to the TraceScoreSource and its memo, timed as a whole
+  bool h2o_memo = false;  // TopKPerHead() likewise
   double score_seconds = 0, select_seconds = 0, itf_seconds = 0;
   ItfDecision Itf(const Request& request, int layer, std::int64_t n,
                   std::span<const int> probe_heads, const ItfOptions& options) override {
     if (!memo) return ScoreSource::Itf(request, layer, n, probe_heads, options);
     ScopedTimer t(&itf_seconds);
     return inner->Itf(request, layer, n, probe_heads, options);
+  }
+  Selection TopKPerHead(const Request& request, int layer, std::int64_t n,
+                        std::span<const int> heads, std::int64_t k) override {
+    if (!h2o_memo) return ScoreSource::TopKPerHead(request, layer, n, heads, k);
+    ScopedTimer t(&itf_seconds);
+    return inner->TopKPerHead(request, layer, n, heads, k);
   }
   void Scores(const Request& request, int layer, std::int64_t n, std::span<const int> heads,
               std::vector<float>* out) override {
@@ -253,6 +260,7 @@ struct Result {
   double wall_s = 0, cpu_s = 0, prewarm_s = 0, simulated_s = 0, rss_mib = 0;
   double score_s = 0, select_s = 0, simgrid_s = 0, sqlite_s = 0, itf_s = 0;
   std::uint64_t memo_reused = 0, memo_computed = 0;
+  std::uint64_t h2o_reused = 0, h2o_computed = 0, h2o_not_stored = 0;
   std::uint64_t decisions_digest = 0, timing_digest = 0;
   PipelineTotals totals;
   char error[200] = {0};
@@ -346,10 +354,19 @@ Result RunSystem(const BenchOptions& bo, const std::string& system, MemoRun memo
   sim::SimExecutor executor(opts.model, opts.hardware);
   TimedExecutor timed_exec(&executor);
   TraceScoreSource trace_scores(header, opts.model, replay.none_model);
-  std::unique_ptr<SelectionMemo> memo;
+  std::unique_ptr<SelectionMemo> memo, h2o_memo;
+  const std::string memo_dir = dir + "/selections";
+  if (memo_run == MemoRun::kCold) fs::remove_all(memo_dir);
+  if (memo_run != MemoRun::kNone && UsesPerHeadTopK(opts.system)) {
+    h2o_memo = SelectionMemo::Open(
+        memo_dir,
+        SelectionMemo::MakeH2oKey(Sha256File(bo.trace), opts.model, opts.importance,
+                                  opts.system.retention),
+        opts.model.layers);
+    if (!h2o_memo) throw std::runtime_error("cannot open a selection memo in " + memo_dir);
+    trace_scores.UseH2oMemo(h2o_memo.get());
+  }
   if (memo_run != MemoRun::kNone && FindSelector(opts.system.select).probe_keys) {
-    const std::string memo_dir = dir + "/selections";
-    if (memo_run == MemoRun::kCold) fs::remove_all(memo_dir);
     memo = SelectionMemo::Open(
         memo_dir,
         SelectionMemo::MakeKey(Sha256File(bo.trace), opts.model, opts.importance,
@@ -361,6 +378,7 @@ Result RunSystem(const BenchOptions& bo, const std::string& system, MemoRun memo
   }
   TimedScores scores;
   scores.memo = memo != nullptr;
+  scores.h2o_memo = h2o_memo != nullptr;
   scores.inner = &trace_scores;
   scores.itf = FindSelector(opts.system.select).probe_keys;
   scores.probe_heads = opts.system.itf_options.probe_heads;
@@ -408,6 +426,10 @@ Result RunSystem(const BenchOptions& bo, const std::string& system, MemoRun memo
       ScopedTimer t(&scores.itf_seconds);
       memo->Finish();
     }
+    if (h2o_memo) {
+      ScopedTimer t(&scores.itf_seconds);
+      h2o_memo->Finish();
+    }
     res.requests = done;
     res.simulated_s = executor.Now();
   });
@@ -429,6 +451,11 @@ Result RunSystem(const BenchOptions& bo, const std::string& system, MemoRun memo
   if (memo) {
     res.memo_reused = memo->stats().reused;
     res.memo_computed = memo->stats().computed;
+  }
+  if (h2o_memo) {
+    res.h2o_reused = h2o_memo->stats().reused;
+    res.h2o_computed = h2o_memo->stats().computed;
+    res.h2o_not_stored = h2o_memo->stats().not_stored;
   }
   res.simgrid_s = timed_exec.seconds;
   res.sqlite_s = log.seconds;
@@ -587,7 +614,7 @@ int Main(int argc, char** argv) {
       throw std::runtime_error(system + ": sim_bench serves one request at a time "
                                "(gpu.concurrent_prefills = 1)");
     }
-    const bool itf = FindSelector(opts.system.select).probe_keys;
+    const bool itf = FindSelector(opts.system.select).probe_keys || UsesPerHeadTopK(opts.system);
     if (!itf || bo.memo != "warm") jobs.push_back({system, MemoRun::kNone, system});
     if (itf && bo.memo == "all") jobs.push_back({system, MemoRun::kCold, system + ":cold"});
     if (itf && bo.memo != "off") jobs.push_back({system, MemoRun::kWarm, system + ":warm"});
@@ -622,8 +649,11 @@ int Main(int argc, char** argv) {
         (long long)t.itf_fallback_layers, (long long)t.prefetched_chunks,
         (long long)t.prefetch_used_chunks);
     if (job.memo != MemoRun::kNone) {
-      std::printf("            selection memo: %llu ITF layers reused, %llu computed\n",
-                  (unsigned long long)r.memo_reused, (unsigned long long)r.memo_computed);
+      std::printf("            selection memo: %llu ITF layers reused, %llu computed; H2O %llu "
+                  "reused, %llu computed (%llu past the memo's size bound)\n",
+                  (unsigned long long)r.memo_reused, (unsigned long long)r.memo_computed,
+                  (unsigned long long)r.h2o_reused, (unsigned long long)r.h2o_computed,
+                  (unsigned long long)r.h2o_not_stored);
     }
   }
   std::printf("targets (issue 16): spec >= 2,000 req/CPU-s (this trace, --requests 2000); "

@@ -24,10 +24,10 @@ class H2oSelector final : public TokenSelector {
     // KV heads scored, each with its group of query heads.
     const OpId score = step.Score(ComputeKind::kFullScores, kv_heads_, keys);
     if (Status st = step.Wait(score); !st.ok()) return st;
-    // Filled and used with no wait in between (the selector is shared by requests in flight).
-    step.scores().Scores(step.request(), step.layer(), n, all_heads_, &scores_);
-    step.kept.kind = Selection::Kind::kPerHead;
-    step.kept.per_head = SelectPerHead(scores_, kv_heads_, n, RetainedTokens(retention_, n));
+    // The heads' sets as their union and per-token head counts: what the loads and the
+    // importance history read of them (and what a selection memo keeps).
+    step.kept = step.scores().TopKPerHead(step.request(), step.layer(), n, all_heads_,
+                                          RetainedTokens(retention_, n));
     step.Load(KvKind::kValue, step.kept, Purpose::kDemand);
     return Status::OK();
   }
@@ -41,7 +41,6 @@ class H2oSelector final : public TokenSelector {
   int kv_heads_;
   double retention_;
   std::vector<int> all_heads_;
-  std::vector<float> scores_;  // scratch
 };
 
 }  // namespace

@@ -364,6 +364,72 @@ TEST(PipelineTest, CakeLoadsGatherPartlyNeededChunksAndNameTheChunksOfCacheMoves
   EXPECT_GT(promotes, 0);
 }
 
+// H2O's per-head sets reach the pipeline as their union with per-token head counts
+// (Selection::kCounted, what a selection memo stores). Every load, record and reorder decision
+// is the one the per-head sets themselves give: the same rows per chunk, the same bytes (one
+// head's row per head keeping a token), the same importance history (each head's share added
+// once per head keeping the token).
+TEST(PipelineTest, H2oCountedSetsLoadAndRecordExactlyAsThePerHeadSets) {
+  struct PerHeadScores : ScriptedScores {
+    using ScriptedScores::ScriptedScores;
+    Selection TopKPerHead(const Request& request, int layer, std::int64_t n,
+                          std::span<const int> heads, std::int64_t k) override {
+      std::vector<float> scores;
+      Scores(request, layer, n, heads, &scores);
+      Selection s;
+      s.kind = Selection::Kind::kPerHead;
+      s.per_head = SelectPerHead(scores, int(heads.size()), n, k);
+      return s;
+    }
+  };
+  // Heads that partly agree: some tokens kept by every head, some by a few.
+  auto fn = [](const Request& r, int layer, int head, std::int64_t t) {
+    const std::uint64_t x = std::uint64_t(t) * 2654435761u ^ (std::uint64_t(head) * 40503u) ^
+                            (r.id * 97u) ^ (std::uint64_t(layer) * 7919u);
+    return float((t * 13) % 17) + float(x % 7);
+  };
+  auto run = [&](bool per_head) {
+    SystemOptions sys = System("as_h2o_lfu");
+    sys.reorder = true;  // the importance history decides repacks
+    sys.reorder_interval = 0;
+    sys.cache.gpu_capacity = 3000;
+    sys.cache.cpu_capacity = 6000;
+    Harness h(TinyModel(3), sys, fn);
+    PerHeadScores per_head_scores(fn);
+    PipelineOptions options;
+    options.system = sys;
+    ScoreSource* source = per_head ? static_cast<ScoreSource*>(&per_head_scores) : &h.source;
+    Pipeline p(TinyModel(3), options, &h.executor, source, &h.log);
+    for (RequestId id = 1; id <= 12; ++id) {
+      EXPECT_TRUE(p.Run(MakeRequest(id, 48 + 8 * std::int64_t(id % 4), 8)).ok());
+    }
+    EXPECT_TRUE(p.Finish().ok());
+    std::string text;
+    for (const TransferRecord& t : h.log.transfers) {
+      text += std::to_string(t.request_id) + " " + std::to_string(t.layer) + " " +
+              std::to_string(int(t.kind)) + " " + std::to_string(int(t.purpose)) + " " +
+              std::to_string(t.bytes) + " " + std::to_string(t.ios) + " " +
+              std::to_string(t.descriptors) + " " + std::to_string(t.start_s) + " " +
+              std::to_string(t.end_s) + "\n";
+    }
+    for (const LayerRecord& l : h.log.layers) {
+      text += "layer " + std::to_string(l.request_id) + " " + std::to_string(l.layer) + " " +
+              std::to_string(l.selected_tokens) + " " + std::to_string(l.loaded_chunks) + "\n";
+    }
+    for (const RequestRecord& r : h.log.requests) {
+      text += "request " + std::to_string(r.request_id) + " " + std::to_string(r.ttft_s) + " " +
+              std::to_string(r.important_tokens) + " " + std::to_string(r.pcie_h2d_bytes) + "\n";
+    }
+    return std::make_pair(text, h.log.decisions);
+  };
+  const auto counted = run(false), per_head = run(true);
+  EXPECT_EQ(counted.first, per_head.first);
+  EXPECT_EQ(counted.second, per_head.second);
+  bool repacked = false;
+  for (const DecisionRecord& d : counted.second) repacked |= d.kind == "reorder";
+  EXPECT_TRUE(repacked) << "the importance history was exercised";
+}
+
 TEST(PipelineTest, SameInputsSameDecisions) {
   auto run = [] {
     Harness h(TinyModel(3), System("spec"), Agreeing);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <numeric>
 
 #include "core/itf.h"
 #include "traces/generator.h"
@@ -124,6 +125,117 @@ class SelectionMemoTest : public ::testing::Test {
 
   std::string trace_, dir_, key_;
 };
+
+// H2O's selections (every head's top-k) through TraceScoreSource::TopKPerHead: the union and
+// per-token head counts of each (record, layer), in trace order.
+struct H2oLayer {
+  TokenSet shared;
+  std::vector<std::uint16_t> counts;
+  int heads;
+  bool operator==(const H2oLayer&) const = default;
+};
+
+class H2oMemoTest : public SelectionMemoTest {
+ protected:
+  std::vector<H2oLayer> RunH2o(bool with_memo, SelectionMemoStats* stats = nullptr,
+                               std::uintmax_t max_file_bytes = SelectionMemo::MaxFileBytes()) {
+    TraceReader reader(trace_);
+    TraceScoreSource scores(reader.header(), Target());
+    std::unique_ptr<SelectionMemo> memo;
+    if (with_memo) {
+      memo = SelectionMemo::Open(dir_, SelectionMemo::MakeH2oKey("sha", Target(), "", 0.25),
+                                 kLayers, max_file_bytes);
+      EXPECT_NE(memo, nullptr);
+      scores.UseH2oMemo(memo.get());
+    }
+    std::vector<int> heads(kHeads);
+    std::iota(heads.begin(), heads.end(), 0);
+    std::vector<H2oLayer> out;
+    TraceRecord rec;
+    while (reader.Next(&rec)) {
+      const Request request = rec.request;
+      scores.Add(std::move(rec));
+      for (int l = 0; l < kLayers; ++l) {
+        const std::int64_t n = request.prefix_tokens();
+        const Selection s = scores.TopKPerHead(request, l, n, heads, RetainedTokens(0.25, n));
+        EXPECT_EQ(s.kind, Selection::Kind::kCounted);
+        out.push_back({s.shared, s.counts, s.heads});
+      }
+      scores.Release(request.id);
+    }
+    if (memo) {
+      memo->Finish();
+      if (stats) *stats = memo->stats();
+    }
+    return out;
+  }
+};
+
+// The memo answers exactly what the scores give: the union of the heads' top-k sets (SelectPerHead)
+// and how many heads keep each token.
+TEST_F(H2oMemoTest, ColdAndWarmRunsSelectExactlyAsWithoutAMemo) {
+  const std::vector<H2oLayer> plain = RunH2o(false);
+  ASSERT_EQ(plain.size(), 10u * kLayers);
+  {  // the default answer is the per-head sets, counted
+    TraceReader reader(trace_);
+    TraceScoreSource scores(reader.header(), Target());
+    TraceRecord rec;
+    ASSERT_TRUE(reader.Next(&rec));
+    const Request request = rec.request;
+    scores.Add(std::move(rec));
+    std::vector<int> heads(kHeads);
+    std::iota(heads.begin(), heads.end(), 0);
+    std::vector<float> s;
+    const std::int64_t n = request.prefix_tokens(), k = RetainedTokens(0.25, n);
+    scores.Scores(request, 0, n, heads, &s);
+    const Selection want = Selection::Counted(SelectPerHead(s, kHeads, n, k), n);
+    EXPECT_EQ(plain[0], (H2oLayer{want.shared, want.counts, kHeads}));
+    std::int64_t sum = 0;
+    for (std::uint16_t c : want.counts) sum += c;
+    EXPECT_EQ(sum, k * kHeads);
+    EXPECT_GT(want.shared.size(), std::size_t(k)) << "heads disagree on some tokens";
+  }
+  SelectionMemoStats cold, warm;
+  EXPECT_EQ(RunH2o(true, &cold), plain);
+  EXPECT_EQ(cold.computed, plain.size());
+  EXPECT_TRUE(cold.written);
+  EXPECT_EQ(RunH2o(true, &warm), plain);
+  EXPECT_EQ(warm.reused, plain.size());
+  EXPECT_EQ(warm.computed, 0u);
+}
+
+// A memo file stops at its byte bound: the records it reached first are remembered, the rest
+// computed in every run, and every answer stays exact.
+TEST_F(H2oMemoTest, TheMemoStopsGrowingAtItsBoundAndKeepsAPrefix) {
+  const std::vector<H2oLayer> plain = RunH2o(false);
+  SelectionMemoStats cold, warm;
+  const std::uintmax_t bound = 4096;
+  EXPECT_EQ(RunH2o(true, &cold, bound), plain);
+  EXPECT_GT(cold.not_stored, 0u);
+  EXPECT_LE(fs::file_size(MemoFile()), bound);
+  EXPECT_EQ(RunH2o(true, &warm, bound), plain);
+  EXPECT_GT(warm.reused, 0u);
+  EXPECT_EQ(warm.reused + warm.computed, plain.size());
+  EXPECT_EQ(warm.reused, cold.computed - cold.not_stored) << "the stored prefix is reused";
+  EXPECT_LE(fs::file_size(MemoFile()), bound);
+}
+
+// An entry whose counts were damaged (a zero count) fails its check: recomputed, rewritten.
+TEST_F(H2oMemoTest, ACorruptCountIsRecomputed) {
+  const std::vector<H2oLayer> plain = RunH2o(false);
+  RunH2o(true);
+  const std::string file = MemoFile();
+  const auto size = fs::file_size(file);
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(std::streamoff(size - 1));
+    f.put('\0');  // the last count of the last entry (the CRC no longer matches either)
+  }
+  SelectionMemoStats s;
+  EXPECT_EQ(RunH2o(true, &s), plain);
+  EXPECT_EQ(s.computed, 1u);
+  EXPECT_TRUE(s.written);
+}
 
 TEST(MemoLayer, BitsRoundTripTheVotedSet) {
   const TokenSet voted = {0, 2, 63, 64, 100};
