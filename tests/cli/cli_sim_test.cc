@@ -111,6 +111,43 @@ TEST_F(SimCliTest, ASecondRunReusesTheSelectionsAndDecidesTheSame) {
   EXPECT_EQ(Query(d, rows), Query(a, rows));
 }
 
+// H2O's per-head selections have a memo of their own (the heads' union and per-token head
+// counts): a second run of an H2O baseline reads every layer from it and decides, loads and
+// times every layer as the first run did.
+TEST_F(SimCliTest, ASecondH2oRunReusesTheSelectionsAndDecidesTheSame) {
+  const std::string e = Experiment(Trace());
+  const fs::path a = dir_ / "a.sqlite", b = dir_ / "b.sqlite";
+  ASSERT_EQ(Run("sim --config " + e + " --out " + a.string() + " --systems as_h2o_lfu").code, 0);
+  Result r = Run("sim --config " + e + " --out " + b.string() + " --systems as_h2o_lfu");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("H2O selections of"), std::string::npos) << r.err;
+  auto metric = [](const fs::path& db, const std::string& name) {
+    return Query(db, "SELECT CAST(value AS INTEGER) FROM metrics WHERE name = '" + name + "'");
+  };
+  EXPECT_EQ(metric(a, "h2o_memo_reused_layers"), "0");
+  EXPECT_NE(metric(a, "h2o_memo_computed_layers"), "0");
+  EXPECT_EQ(metric(b, "h2o_memo_reused_layers"), metric(a, "h2o_memo_computed_layers"));
+  EXPECT_EQ(metric(b, "h2o_memo_computed_layers"), "0");
+  EXPECT_EQ(metric(a, "selection_memo_reused_layers"), "") << "no ITF in an H2O baseline";
+  const std::string layers =
+      "SELECT group_concat(r, ';') FROM (SELECT printf('%d %d %.17g %d %d', request_id, "
+      "layer, end_s, selected_tokens, loaded_chunks) AS r FROM layers "
+      "ORDER BY request_id, layer)";
+  const std::string transfers =
+      "SELECT group_concat(r, ';') FROM (SELECT printf('%d %d %d %.17g', request_id, layer, "
+      "bytes, end_s) AS r FROM transfers ORDER BY request_id, layer, start_s, end_s, bytes)";
+  EXPECT_FALSE(Query(a, layers).empty());
+  EXPECT_EQ(Query(a, layers), Query(b, layers));
+  EXPECT_EQ(Query(a, transfers), Query(b, transfers));
+  // Without a memo: the same answers.
+  setenv("KVTIER_SELECTION_MEMO", "off", 1);
+  const fs::path d = dir_ / "d.sqlite";
+  ASSERT_EQ(Run("sim --config " + e + " --out " + d.string() + " --systems as_h2o_lfu").code, 0);
+  EXPECT_EQ(metric(d, "h2o_memo_reused_layers"), "");
+  EXPECT_EQ(Query(d, layers), Query(a, layers));
+  EXPECT_EQ(Query(d, transfers), Query(a, transfers));
+}
+
 TEST_F(SimCliTest, BadInputExitsTwoAndNamesTheProblem) {
   const std::string trace = Trace(4);
   const std::string e = Experiment(trace);
