@@ -116,15 +116,12 @@ void Pipeline::ObserveImportance(RequestRun& rs) {
   const std::int64_t k = RetainedTokens(options_.system.retention, rs.n);
   std::vector<int> heads(static_cast<std::size_t>(model_.kv_heads));
   std::iota(heads.begin(), heads.end(), 0);
-  std::vector<float> scores;
   std::fill(rs.kept_fraction.begin(), rs.kept_fraction.end(), 0.0f);
   rs.kept_sets.clear();
+  // H2O's selection exactly (ScoreSource::TopKPerHead: the heads' union and per-token head
+  // counts, which Keep() reads as it reads the per-head sets), so an H2O selection memo answers it.
   for (int l = 0; l < model_.layers; ++l) {
-    scores_->Scores(rs.request(), l, rs.n, heads, &scores);
-    Selection observed;
-    observed.kind = Selection::Kind::kPerHead;
-    observed.per_head = SelectPerHead(scores, model_.kv_heads, rs.n, k);
-    rs.Keep(observed);
+    rs.Keep(scores_->TopKPerHead(rs.request(), l, rs.n, heads, k));
   }
 }
 

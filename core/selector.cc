@@ -55,7 +55,9 @@ const SelectorInfo& FindSelector(std::string_view name, std::string_view key) {
 
 bool UsesPerHeadTopK(const SystemOptions& system) {
   const SelectorInfo& s = FindSelector(system.select);
-  return s.per_head_top_k ||
+  // A history selector's pipeline records what each KV head's top-k observed
+  // (Pipeline::ObserveImportance).
+  return s.per_head_top_k || s.history ||
          (s.probe_keys && FindSelector(system.itf_fallback, "itf.fallback").per_head_top_k);
 }
 

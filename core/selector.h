@@ -153,7 +153,7 @@ struct SelectorInfo {
   bool per_head_top_k;
 };
 // Whether `system` asks ScoreSource::TopKPerHead (its selector, or ITF's fallback, keeps every
-// KV head's top-k).
+// KV head's top-k, or a history selector's pipeline observes it).
 bool UsesPerHeadTopK(const SystemOptions& system);
 
 // The table, in order; choices of select.policy.
