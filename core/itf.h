@@ -70,6 +70,12 @@ ItfDecision SelectItfAndVote(std::span<const float> probe_scores, int probe_head
 std::vector<TokenSet> SelectPerHead(std::span<const float> scores, int heads, std::int64_t n,
                                     std::int64_t k);
 
+// H2O selection, counted: (*counts)[t] (resized to n) = how many of the `heads` rows keep token
+// t in their top-k -- what SelectPerHead's sets give counted, without building them.
+// REQUIRES: scores.size() == heads * n, 0 <= k <= n, heads <= 65535.
+void CountTopKPerHead(std::span<const float> scores, int heads, std::int64_t n, std::int64_t k,
+                      std::vector<std::uint16_t>* counts);
+
 // Union of sets, sorted.
 TokenSet Union(const std::vector<TokenSet>& sets);
 

@@ -43,21 +43,22 @@ class ScoreSource {
   }
 
   // H2O's selection for `layer`: each of `heads` keeps its top `k` tokens (core/itf.h
-  // SelectPerHead on Scores() of those heads), as a kCounted selection (core/selection.h). A
-  // source that already knows the answer (TraceScoreSource with an H2O selection memo)
-  // overrides it; its answer must be the default's.
+  // SelectPerHead on Scores() of those heads, counted by CountTopKPerHead), as a kCounted
+  // selection (core/selection.h). A source that already knows the answer (TraceScoreSource with
+  // an H2O selection memo) overrides it; its answer must be the default's.
   // REQUIRES: as Scores(); 1 <= k <= reused_tokens.
   virtual Selection TopKPerHead(const Request& request, int layer, std::int64_t reused_tokens,
                                 std::span<const int> heads, std::int64_t k) {
     Scores(request, layer, reused_tokens, heads, &head_scores_);
-    return Selection::Counted(
-        SelectPerHead(head_scores_, static_cast<int>(heads.size()), reused_tokens, k),
-        reused_tokens);
+    CountTopKPerHead(head_scores_, static_cast<int>(heads.size()), reused_tokens, k,
+                     &head_counts_);
+    return Selection::FromCounts(head_counts_, static_cast<int>(heads.size()));
   }
 
  private:
-  std::vector<float> probe_scores_;  // Itf()'s scratch
-  std::vector<float> head_scores_;   // TopKPerHead()'s scratch
+  std::vector<float> probe_scores_;         // Itf()'s scratch
+  std::vector<float> head_scores_;          // TopKPerHead()'s scratch
+  std::vector<std::uint16_t> head_counts_;  // TopKPerHead()'s scratch
 };
 
 }  // namespace kvtier

@@ -30,13 +30,17 @@ struct Selection {
     for (const TokenSet& head : per_head) {
       for (std::int32_t t : head) ++of[static_cast<std::size_t>(t)];
     }
+    return FromCounts(of, static_cast<int>(per_head.size()));
+  }
+  // The kCounted selection of `heads` heads where of[t] heads keep token t.
+  static Selection FromCounts(const std::vector<std::uint16_t>& of, int heads) {
     Selection s;
     s.kind = Kind::kCounted;
-    s.heads = static_cast<int>(per_head.size());
-    for (std::int64_t t = 0; t < n; ++t) {
-      if (of[static_cast<std::size_t>(t)] == 0) continue;
+    s.heads = heads;
+    for (std::size_t t = 0; t < of.size(); ++t) {
+      if (of[t] == 0) continue;
       s.shared.push_back(static_cast<std::int32_t>(t));
-      s.counts.push_back(of[static_cast<std::size_t>(t)]);
+      s.counts.push_back(of[t]);
     }
     return s;
   }

@@ -164,6 +164,29 @@ TEST(ItfTest, TopKMatchesAFullSortOnRandomScores) {
   }
 }
 
+// H2O's counted selection is SelectPerHead's sets counted per token, ties, NaN and the k = 0
+// and k = n edges included.
+TEST(ItfTest, CountTopKPerHeadCountsTheHeadsSets) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> coarse(0, 9);  // many ties
+  std::normal_distribution<float> fine(0, 1);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int heads = 1 + trial % 5;
+    const std::int64_t n = 1 + (trial * 13) % 3000;
+    std::vector<float> scores(static_cast<std::size_t>(heads * n));
+    for (float& s : scores) s = trial % 2 ? static_cast<float>(coarse(rng)) : fine(rng);
+    if (trial % 7 == 0) scores[scores.size() / 2] = std::numeric_limits<float>::quiet_NaN();
+    const std::int64_t k = trial % 11 == 0 ? n : trial % 13 == 0 ? 0 : 1 + (trial * 7) % n;
+    std::vector<std::uint16_t> want(static_cast<std::size_t>(n), 0);
+    for (const TokenSet& set : SelectPerHead(scores, heads, n, k)) {
+      for (std::int32_t t : set) ++want[static_cast<std::size_t>(t)];
+    }
+    std::vector<std::uint16_t> got = {7, 7};  // replaced, not added to
+    CountTopKPerHead(scores, heads, n, k, &got);
+    EXPECT_EQ(got, want) << "heads " << heads << " n " << n << " k " << k;
+  }
+}
+
 TEST(ItfTest, VotedSetHasExactlyKTokensAndIsSortedUnique) {
   std::mt19937 rng(3);
   std::normal_distribution<float> noise(0, 1);
