@@ -33,13 +33,6 @@ bool TopK(DecodePolicy p) {
 // The policy keeps every token's 16-bit KV in CPU memory (new KV is offloaded).
 bool Offloads(DecodePolicy p) { return TopK(p) || p == DecodePolicy::kOffloadAll; }
 
-Tier SrcOf(TransferKind kind) {
-  return kind == TransferKind::kD2H ? Tier::kGpu : Tier::kCpu;
-}
-Tier DstOf(TransferKind kind) {
-  return kind == TransferKind::kH2D ? Tier::kGpu : Tier::kCpu;
-}
-
 TransferOp Transfer(TransferKind kind, Purpose purpose, RequestId request, int layer) {
   TransferOp op;
   op.kind = kind;
@@ -127,17 +120,7 @@ OpId DecodeEngine::SubmitTransfer(TransferOp op, std::vector<OpId> after) {
   if (op.ios == 0) op.ios = 1;
   Pending p;
   p.is_transfer = true;
-  TransferRecord& tr = p.record;
-  tr.request_id = op.request;
-  tr.layer = op.layer;
-  tr.src = SrcOf(op.kind);
-  tr.dst = DstOf(op.kind);
-  tr.kind = op.kind;
-  tr.purpose = op.purpose;
-  tr.bytes = op.bytes;
-  tr.ios = op.ios;
-  tr.method = op.method;
-  tr.descriptors = op.descriptors;
+  p.record = PlannedTransfer(op, op.request);
   p.op = executor_->Submit(std::move(op), after);
   pending_.push_back(p);
   return p.op;
@@ -242,25 +225,10 @@ Status DecodeEngine::RetireDone(bool all) {
     }
     const OpTimes t = executor_->Retire(p.op);
     TransferRecord& tr = p.record;
-    tr.submit_s = t.submit_s;
-    tr.start_s = t.start_s;
-    tr.end_s = t.end_s;
-    if (!t.status.ok()) {
-      if (first.ok()) {
-        first = t.status.code() == Status::Code::kAborted
-                    ? t.status
-                    : t.status.Annotate(DescribeTransfer(tr.kind, tr.purpose, tr.request_id,
-                                                         tr.layer));
-      }
-      if (t.status.code() == Status::Code::kAborted) {
-        tr.outcome = TransferOutcome::kAborted;
-        tr.bytes = 0;
-        tr.ios = 0;
-        tr.descriptors = 0;
-      } else {
-        tr.outcome = TransferOutcome::kFailed;
-        tr.bytes = std::min(tr.bytes, t.failed_moved_bytes);
-      }
+    SettleTransfer(t, &tr);
+    if (!t.status.ok() && first.ok()) {
+      first = NameFailure(t.status,
+                          DescribeTransfer(tr.kind, tr.purpose, tr.request_id, tr.layer));
     }
     log_->LogTransfer(tr);
   }

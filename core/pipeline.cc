@@ -436,31 +436,6 @@ bool Pipeline::SegmentInUse(std::uint32_t id) const {
 
 namespace {
 
-// Fills the outcome of a retired transfer into its record: what moved, and how it ended.
-// Returns the bytes planned but not moved (0 when it succeeded).
-Bytes SettleTransfer(const OpTimes& t, TransferRecord* tr) {
-  tr->submit_s = t.submit_s;
-  tr->start_s = t.start_s;
-  tr->end_s = t.end_s;
-  if (t.status.ok()) return 0;
-  const Bytes planned = tr->bytes;
-  if (t.status.code() == Status::Code::kAborted) {
-    tr->outcome = TransferOutcome::kAborted;
-    tr->bytes = 0;
-    tr->ios = 0;
-    tr->descriptors = 0;
-  } else {
-    tr->outcome = TransferOutcome::kFailed;
-    tr->bytes = std::min(planned, t.failed_moved_bytes);
-  }
-  return planned - tr->bytes;
-}
-
-// The failure to report for a failed op named `what`: its own failure annotated with it; an
-// aborted op's status already names the root.
-Status NameFailure(const Status& s, const std::string& what) {
-  return s.code() == Status::Code::kAborted ? s : s.Annotate(what);
-}
 
 }  // namespace
 

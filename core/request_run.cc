@@ -6,31 +6,6 @@
 #include "core/reorderer.h"
 
 namespace kvtier {
-namespace {
-
-Tier SrcOf(TransferKind kind) {
-  switch (kind) {
-    case TransferKind::kSsdRead: return Tier::kSsd;
-    case TransferKind::kSsdWrite: return Tier::kCpu;
-    case TransferKind::kH2D: return Tier::kCpu;
-    case TransferKind::kD2H: return Tier::kGpu;
-    case TransferKind::kCpuGather: return Tier::kCpu;
-  }
-  return Tier::kCpu;
-}
-
-Tier DstOf(TransferKind kind) {
-  switch (kind) {
-    case TransferKind::kSsdRead: return Tier::kCpu;
-    case TransferKind::kSsdWrite: return Tier::kSsd;
-    case TransferKind::kH2D: return Tier::kGpu;
-    case TransferKind::kD2H: return Tier::kCpu;
-    case TransferKind::kCpuGather: return Tier::kCpu;
-  }
-  return Tier::kCpu;
-}
-
-}  // namespace
 
 RequestRun::RequestRun(Pipeline& pipeline, const Request& request, bool warmup, int holder)
     : pipeline_(pipeline), request_(&request), warmup_(warmup), holder_(holder), planner_(*this) {}
@@ -50,17 +25,7 @@ OpId RequestRun::SubmitCompute(ComputeOp op, std::vector<OpId> after) {
 OpId RequestRun::SubmitTransfer(TransferOp op, std::vector<OpId> after, bool background) {
   after.erase(std::remove(after.begin(), after.end(), kNoOp), after.end());
   if (op.ios == 0) op.ios = std::max<std::uint32_t>(1, std::uint32_t(op.chunks.size()));
-  TransferRecord tr;
-  tr.request_id = request_->id;
-  tr.layer = op.layer;
-  tr.src = SrcOf(op.kind);
-  tr.dst = DstOf(op.kind);
-  tr.kind = op.kind;
-  tr.purpose = op.purpose;
-  tr.bytes = op.bytes;
-  tr.ios = op.ios;
-  tr.method = op.method;
-  tr.descriptors = op.descriptors;
+  TransferRecord tr = PlannedTransfer(op, request_->id);
   switch (op.kind) {
     case TransferKind::kSsdRead: rec.ssd_read_bytes += op.bytes; break;
     case TransferKind::kSsdWrite: rec.ssd_write_bytes += op.bytes; break;

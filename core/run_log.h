@@ -94,6 +94,17 @@ struct TransferRecord {
   TransferOutcome outcome = TransferOutcome::kOk;
 };
 
+// The record of a transfer as planned (request `request`, before it runs): the op's layer,
+// kind, purpose, bytes, I/Os, method and descriptors, and the tiers its kind moves between.
+TransferRecord PlannedTransfer(const TransferOp& op, RequestId request);
+// Fills the outcome of a retired transfer into its record: when it ran, what moved (an aborted
+// one moved nothing; a failed one what it moved before failing), how it ended. Returns the
+// bytes planned but not moved (0 when it succeeded).
+Bytes SettleTransfer(const OpTimes& t, TransferRecord* tr);
+// The failure to report for a failed op named `what`: its own failure annotated with it; an
+// aborted op's status already names the root.
+Status NameFailure(const Status& s, const std::string& what);
+
 // A policy decision: "itf" (detail: pass/fallback), "admit", "evict", "promote", "demote",
 // "prefetch", "reorder", "store".
 struct DecisionRecord {

@@ -162,7 +162,7 @@ TEST(HwExecutor, AReadsCompletionRunsTheNextStageOnItsThread) {
   ASSERT_TRUE(ex->Prepopulate(id, chunk, false).ok());
   TransferOp read;
   read.kind = TransferKind::kSsdRead;
-  read.chunks = {{id, chunk, {}}};
+  read.chunks = {{id, chunk, {}, {}}};
   read.bytes = chunk;
   read.ios = 1;
   ComputeOp c;
@@ -256,7 +256,7 @@ TEST(HwExecutor, MissingChunkErrorNamesTheChunk) {
   op.bytes = 128;
   op.ios = 1;
   const ChunkId id = ChunkId::Make(7, KvKind::kValue, 2, 3);
-  op.chunks.push_back({id, 128, {}});
+  op.chunks.push_back({id, 128, {}, {}});
   OpId r = ex->Submit(op, {});
   Status s = ex->Wait(r);
   EXPECT_EQ(s.code(), Status::Code::kNotFound);
@@ -283,7 +283,7 @@ TEST(HwExecutor, CorruptChunkErrorNamesTheChunk) {
   TransferOp op;
   op.kind = TransferKind::kSsdRead;
   op.bytes = 128;
-  op.chunks.push_back({id, 128, {}});
+  op.chunks.push_back({id, 128, {}, {}});
   OpId r = ex->Submit(op, {});
   Status s = ex->Wait(r);
   EXPECT_EQ(s.code(), Status::Code::kIoError);
@@ -301,7 +301,7 @@ TEST(HwExecutor, ReadWaitsForThePendingStoreOfItsChunk) {
   w.kind = TransferKind::kSsdWrite;
   w.purpose = Purpose::kStore;
   w.bytes = 128;
-  w.chunks.push_back({id, 128, {}});
+  w.chunks.push_back({id, 128, {}, {}});
   TransferOp r = w;
   r.kind = TransferKind::kSsdRead;
   r.purpose = Purpose::kDemand;
@@ -332,7 +332,7 @@ TEST(HwExecutor, DependentsOfAFailedReadAreAbortedNamingIt) {
   read.layer = 1;
   read.bytes = 256;
   read.ios = 2;
-  read.chunks = {{present, 128, {}}, {missing, 128, {}}};
+  read.chunks = {{present, 128, {}, {}}, {missing, 128, {}, {}}};
   TransferOp h2d = read;
   h2d.kind = TransferKind::kH2D;
   ComputeOp layer;
@@ -447,7 +447,7 @@ TEST(HwExecutor, ACorruptedChunkFailsTheReadWithOrWithoutVerify) {
     TransferOp op;
     op.kind = TransferKind::kSsdRead;
     op.bytes = 128;
-    op.chunks.push_back({id, 128, {}});
+    op.chunks.push_back({id, 128, {}, {}});
     const OpId r = ex->Submit(op, {});
     const Status s = ex->Wait(r);
     EXPECT_EQ(s.code(), Status::Code::kIoError);
