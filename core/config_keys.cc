@@ -50,10 +50,12 @@ constexpr KeySpec kKeys[] = {
     {"ssd.queue_depth", K::kInt, "32", nullptr, "I/Os the pipeline keeps in flight"},
     {"ssd.capacity", K::kBytes, "2TB", nullptr, "SSD capacity for prefix KV"},
     {"ssd.background_share", K::kDouble, "0.25", nullptr,
-     "share of SSD bandwidth background writes and repacks may use (sim), in (0, 1]"},
-    {"ssd.background_ops", K::kInt, "0", nullptr,
-     "background SSD transfers (stores, repacks) the simulator runs at once, the rest waiting "
-     "in FIFO order; 0 = no limit: all share the device max-min fairly (docs/performance.md)"},
+     "share of SSD bandwidth background writes and repacks may use, in (0, 1] (sim: a cap; hw: "
+     "their writes paced to it)"},
+    {"ssd.write_lanes", K::kInt, "1", nullptr,
+     "SSD writes (stores, repacks) that run at once, the rest waiting in FIFO order, as hw "
+     "mode's one write lane runs them (hw accepts only 1); 0 = no limit: all share the device "
+     "max-min fairly (sim)"},
     {"cpu.memcpy_bw", K::kBandwidth, "10GB/s", nullptr, "host memcpy bandwidth, bytes/s"},
     {"cpu.gather_bw", K::kBandwidth, "8GB/s", nullptr, "bandwidth of gathering rows out of chunks"},
     {"cpu.op_overhead", K::kDuration, "0us", nullptr,

@@ -94,10 +94,10 @@ HardwareOptions BuildHardwareOptions(const Config& c) {
   if (!(h.ssd_background_share > 0 && h.ssd_background_share <= 1)) {
     throw ConfigError(c.Where("ssd.background_share") + ": must be in (0, 1]");
   }
-  h.ssd_background_ops = int(c.GetInt("ssd.background_ops"));
-  if (h.ssd_background_ops < 0) {
-    throw ConfigError(c.Where("ssd.background_ops") + ": must be >= 0 (0: no limit), got " +
-                      c.GetString("ssd.background_ops"));
+  h.ssd_write_lanes = int(c.GetInt("ssd.write_lanes"));
+  if (h.ssd_write_lanes < 0) {
+    throw ConfigError(c.Where("ssd.write_lanes") + ": must be >= 0 (0: no limit), got " +
+                      c.GetString("ssd.write_lanes"));
   }
   h.cpu_memcpy_bw = Positive(c, "cpu.memcpy_bw", c.GetBandwidth("cpu.memcpy_bw"));
   h.cpu_gather_bw = Positive(c, "cpu.gather_bw", c.GetBandwidth("cpu.gather_bw"));

@@ -22,9 +22,10 @@ struct HardwareOptions {
   Seconds ssd_latency = 80e-6;     // per I/O at queue depth 1
   int ssd_queue_depth = 32;
   double ssd_background_share = 0.25;  // share of the SSD background writes/repacks may use
-  // Background SSD transfers (stores, repack reads and writes) the simulator runs at once; the
-  // others wait in FIFO order. 0: no limit, all share the device at once (the exact default).
-  int ssd_background_ops = 0;
+  // SSD writes (stores, repacks' writes) that run at once; the others wait in FIFO order. 1: as
+  // hw mode runs them, one at a time on its write lane (the only value hw accepts). 0: no
+  // limit, every write shares the device at once (the simulator's path before session 7).
+  int ssd_write_lanes = 1;
   double cpu_memcpy_bw = 10e9;
   double cpu_gather_bw = 8e9;
   Seconds cpu_op_overhead = 0;     // per transfer op, before it starts (not per I/O)

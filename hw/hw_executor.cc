@@ -600,11 +600,20 @@ struct HwExecutor::Impl {
     std::uint64_t chunks = 0;
     // The first put that fails (a full store: OutOfSpace naming the chunk and the capacity;
     // an I/O error) fails the op; the rest is not attempted.
+    // Stores and repacks are background traffic: paced to ssd.background_share of the
+    // profile's ssd.write_bw, as the simulator caps them (each put ends no earlier than the
+    // bytes so far take at that rate). Pacing only slows a write down.
+    const bool background = op->t.purpose == Purpose::kStore || op->t.purpose == Purpose::kReorder;
+    const double pace_bw = hardware.ssd_write_bw * hardware.ssd_background_share;
+    const std::int64_t start_ns = clock.t0_ns() + std::int64_t(start * 1e9);
     auto put = [&](ChunkId id, Bytes len) {
       if (fill_buf.size() < len) fill_buf.resize(len);
       FillChunkContent(id, len, fill_buf.data());
       status = store->Put(id, std::span<const std::byte>(fill_buf.data(), len));
       if (status.ok()) written += len;
+      if (status.ok() && background && pace_bw > 0) {
+        SleepUntilNs(start_ns + std::int64_t(double(written) / pace_bw * 1e9));
+      }
       return status.ok();
     };
     if (!op->t.chunks.empty()) {

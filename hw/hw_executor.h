@@ -16,7 +16,10 @@
 //              bytes (InvalidArgument), an I/O error or a short read (IoError with the errno
 //              text), or a content mismatch fails the op, naming the chunk.
 //   SSD write  ChunkStore::Put of each chunk's deterministic content (FillChunkContent), on a
-//              writer thread. Reads of a chunk whose store is still pending wait for it (an
+//              writer thread, one op at a time in the order they became ready (the simulator's
+//              ssd.write_lanes = 1). Stores and repacks are paced to ssd.background_share of
+//              the profile's ssd.write_bw, the simulator's cap on background SSD traffic (each
+//              put ends no earlier than the op's bytes so far take at that rate). Reads of a chunk whose store is still pending wait for it (an
 //              implicit read-after-write dependency the Pipeline does not need to know about).
 //              The first put that fails -- the store is full (OutOfSpace naming the chunk and
 //              the capacity), or an I/O error -- fails the op and the rest is not written; a

@@ -303,6 +303,13 @@ HwRunResult RunHardware(const Config& config, const std::string& trace_path,
     throw ConfigError(config.Where("gpu.concurrent_prefills") +
                       ": kvtier hw serves one prefill at a time; only 1 is supported");
   }
+  if (opts.hardware.ssd_write_lanes != 1) {
+    // The hw executor writes the SSD from one write lane; the simulator models it with 1 (the
+    // default). Refused rather than ignored, as `kvtier validate` compares the two.
+    throw ConfigError(config.Where("ssd.write_lanes") +
+                      ": kvtier hw writes the SSD from one write lane; only 1 is supported (got " +
+                      std::to_string(opts.hardware.ssd_write_lanes) + ")");
+  }
   if (opts.system.decode.on() && opts.system.decode.max_batch != 1) {
     // hw decodes one request at a time (issue 17: batching beyond that is simulated). Refused
     // rather than clamped: `kvtier validate` runs the same configuration through sim and hw, and

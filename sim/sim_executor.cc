@@ -38,7 +38,7 @@ struct SimExecutor::Impl {
     bool background = false;  // store/reorder SSD traffic: capped at ssd.background_share
     bool in_overhead = false;  // running the cpu.op_overhead delay that precedes the transfer
     bool device_gather = false;  // an H2D kDeviceGather: slows the GPU while it runs
-    bool queued = false;  // a background SSD transfer counted in ssd.background_ops
+    bool queued = false;  // an SSD write counted in ssd.write_lanes
     TransferKind kind = TransferKind::kSsdRead;
     double amount = 0;  // payload bytes (transfers, latency included) or flops (execs)
     Seconds submit_s = 0, start_s = 0, end_s = 0;
@@ -58,10 +58,10 @@ struct SimExecutor::Impl {
   // second pstate, 1 - gpu.gather_sm_share: compute overlapping a gather kernel shares the SMs
   // with it (transfer.strategy = device_gather), for exactly the overlap.
   int gathers_running = 0;
-  // ssd.background_ops > 0: at most that many background SSD transfers run at once; the
-  // others wait here, oldest first (Start, Finish). 0: no limit, as SimGrid shares them all.
-  int background_running = 0;
-  std::deque<OpId> background_waiting;
+  // ssd.write_lanes > 0: at most that many SSD writes run at once; the others wait here,
+  // oldest first (Start, Finish). 0: no limit, as SimGrid shares them all.
+  int writes_running = 0;
+  std::deque<OpId> writes_waiting;
   void GatherStarted() {
     if (gathers_running++ == 0) gpu->set_pstate(1);
   }
@@ -131,7 +131,7 @@ struct SimExecutor::Impl {
   void Leave();
 
   void BuildPlatform();
-  // Its dependencies are done: starts it, or queues it behind ssd.background_ops.
+  // Its dependencies are done: starts it, or queues it behind ssd.write_lanes.
   void Start(OpId id);
   // Starts it now (its issue overhead, then the activity).
   void Begin(OpId id);
@@ -196,11 +196,11 @@ void SimExecutor::Impl::Start(OpId id) {
     return;
   }
   if (op.queued) {
-    if (background_running >= hw.ssd_background_ops) {
-      background_waiting.push_back(id);  // starts when an earlier one finishes (Finish)
+    if (writes_running >= hw.ssd_write_lanes) {
+      writes_waiting.push_back(id);  // starts when an earlier one finishes (Finish)
       return;
     }
-    ++background_running;
+    ++writes_running;
   }
   Begin(id);
 }
@@ -325,12 +325,12 @@ void SimExecutor::Impl::Finish(OpId id) {
   op.end_s = sg4::Engine::get_clock();
   if (op.device_gather && op.amount > 0) GatherEnded();
   if (op.queued && op.amount > 0) {
-    // The oldest waiting background transfer takes its place before the dependents start.
-    --background_running;
-    if (!background_waiting.empty()) {
-      const OpId next = background_waiting.front();
-      background_waiting.pop_front();
-      ++background_running;
+    // The oldest waiting write takes its place before the dependents start.
+    --writes_running;
+    if (!writes_waiting.empty()) {
+      const OpId next = writes_waiting.front();
+      writes_waiting.pop_front();
+      ++writes_running;
       Begin(next);
     }
   }
@@ -542,8 +542,7 @@ OpId SimExecutor::Submit(TransferOp op, std::span<const OpId> after) {
   rec.is_transfer = true;
   rec.kind = op.kind;
   rec.background = op.purpose == Purpose::kStore || op.purpose == Purpose::kReorder;
-  rec.queued = rec.background && hw.ssd_background_ops > 0 &&
-               (op.kind == TransferKind::kSsdRead || op.kind == TransferKind::kSsdWrite);
+  rec.queued = op.kind == TransferKind::kSsdWrite && hw.ssd_write_lanes > 0;
   const double ios = std::max<double>(1, op.ios);
   double bw = 1, latency = 0, payload = double(op.bytes);
   switch (op.kind) {

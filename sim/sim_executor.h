@@ -22,13 +22,14 @@
 // (docs/transfer-strategies.md gives the strategies' op counts and the cited defaults.)
 // Concurrent activities share resources max-min fairly (CM02, no cross-traffic, no TCP gamma:
 // notes/simgrid-3.32 P12), which is how prefetch, background writes and demand loads contend.
-// Background SSD transfers (stores and repacks, capped together at ssd.background_share of the
-// device) all run at once by default; with ssd.background_ops = N > 0 at most N do, the others
-// waiting in FIFO order (Start, Finish). The foreground sees the same device either way (the
-// cap binds however many run); what changes is when each background transfer ends, and what a
-// backlog costs: every SimGrid event re-shares the device among all running transfers and
-// walks the engine's list of them, so thousands of piled-up stores (an overloaded replay) made
-// each activity ~100x dearer (docs/performance.md).
+// Background SSD transfers (stores and repacks) are capped together at ssd.background_share of
+// the device, as hw paces them (hw/hw_executor.h "SSD write"). SSD writes run ssd.write_lanes
+// at a time (default 1, hw's one write lane), the others waiting in FIFO order (Start,
+// Finish); 0 lets every write run at once, sharing the cap max-min fairly. The foreground sees
+// the same device either way (the cap binds however many run); what changes is when each write
+// ends, and what a backlog costs: every SimGrid event re-shares the device among all running
+// transfers and walks the engine's list of them, so thousands of piled-up stores (an
+// overloaded replay) made each activity ~100x dearer with no limit (docs/performance.md).
 //
 // Dependencies (`after`) are resolved here, not by SimGrid: an op whose dependencies are
 // pending waits in a list and is started at the exact simulated time its last dependency

@@ -332,14 +332,14 @@ TEST_F(ConfigTest, NegativeMaxRequestsAndWarmupAreRejected) {
   EXPECT_NO_THROW(BuildOptions(Config::Load(Experiment(""), {"run.max_requests=0"})));
 }
 
-TEST_F(ConfigTest, BackgroundOpsIsZeroForNoLimitOrPositive) {
-  EXPECT_EQ(BuildOptions(Config::Load(Experiment(""), {})).hardware.ssd_background_ops, 0);
-  EXPECT_EQ(BuildOptions(Config::Load(Experiment(""), {"ssd.background_ops=32"}))
-                .hardware.ssd_background_ops,
-            32);
+TEST_F(ConfigTest, WriteLanesIsOneByDefaultZeroForNoLimitOrPositive) {
+  EXPECT_EQ(BuildOptions(Config::Load(Experiment(""), {})).hardware.ssd_write_lanes, 1);
+  EXPECT_EQ(BuildOptions(Config::Load(Experiment(""), {"ssd.write_lanes=0"}))
+                .hardware.ssd_write_lanes,
+            0);
   const std::string msg =
-      ErrorOf([&] { BuildOptions(Config::Load(Experiment(""), {"ssd.background_ops=-1"})); });
-  EXPECT_NE(msg.find("command line: ssd.background_ops: must be >= 0 (0: no limit), got -1"),
+      ErrorOf([&] { BuildOptions(Config::Load(Experiment(""), {"ssd.write_lanes=-1"})); });
+  EXPECT_NE(msg.find("command line: ssd.write_lanes: must be >= 0 (0: no limit), got -1"),
             std::string::npos)
       << msg;
 }

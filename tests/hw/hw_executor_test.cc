@@ -314,6 +314,32 @@ TEST(HwExecutor, ReadWaitsForThePendingStoreOfItsChunk) {
   EXPECT_EQ(ex->stats().chunks_verified, 1u);
 }
 
+// Stores are background traffic: the write lane paces them to ssd.background_share of the
+// profile's ssd.write_bw, the simulator's cap. 64 chunks of 128 bytes at 0.25 x 128 KiB/s take
+// at least 8 KiB / 32 KiB/s = 0.25 s (pacing only slows a write down, so no upper bound), and
+// what was paced was still written.
+TEST(HwExecutor, StoresArePacedToTheBackgroundShare) {
+  ScratchDir dir;
+  std::unique_ptr<HwExecutor> ex;
+  HardwareOptions hw;
+  hw.ssd_write_bw = 128 << 10;
+  hw.ssd_background_share = 0.25;
+  ASSERT_TRUE(HwExecutor::Create(TinyModel(), hw, Options(dir.path(), System("as", 0, 0)), &ex).ok());
+  TransferOp w;
+  w.kind = TransferKind::kSsdWrite;
+  w.purpose = Purpose::kStore;
+  for (std::uint32_t c = 0; c < 64; ++c) {
+    w.chunks.push_back({ChunkId::Make(5, KvKind::kValue, 0, c), 128, {}, {}});
+    w.bytes += 128;
+  }
+  const OpId id = ex->Submit(w, {});
+  ASSERT_TRUE(ex->Wait(id).ok());
+  const OpTimes t = ex->Retire(id);
+  EXPECT_GE(t.end_s - t.start_s, 0.25 - 1e-3);
+  EXPECT_EQ(ex->stats().chunks_written, 64u);
+  EXPECT_EQ(ex->stats().bytes_written, 64u * 128);
+}
+
 // The Executor contract on hardware: a read that fails (a chunk the store lacks) completes
 // with NotFound; what depends on it, directly or through another op, is aborted at once naming
 // it, and so is an op submitted after it failed. Only the chunk that was read intact counts as

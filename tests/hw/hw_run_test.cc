@@ -139,6 +139,23 @@ TEST(KvtierHwFailure, AStoreTooSmallForOneChunkIsBadInput) {
   sqlite3_close(db);
 }
 
+// hw writes the SSD from one write lane: any other ssd.write_lanes is bad input naming the key
+// (the simulator's default, 1, is what hw does; validate would compare unlike runs otherwise).
+TEST(KvtierHwFailure, WriteLanesOtherThanOneIsBadInput) {
+  testing::ScratchDir dir;
+  const std::string exp = MakeExperiment(dir.path(), "");
+  for (const char* lanes : {"0", "4"}) {
+    std::string out;
+    EXPECT_EQ(RunCmd(Kvtier() + " hw --config " + exp + " --out " + dir.path() +
+                         "/r.sqlite --ssd.write_lanes=" + lanes,
+                     &out),
+              2)
+        << out;
+    EXPECT_NE(out.find("ssd.write_lanes"), std::string::npos) << out;
+    EXPECT_NE(out.find("one write lane"), std::string::npos) << out;
+  }
+}
+
 // A store that holds a few chunks but not the run: the write that does not fit fails (naming
 // the chunk and the capacity), the run stops, is recorded as failed, and kvtier exits 3.
 TEST(KvtierHwFailure, AStoreThatFillsUpFailsTheRun) {
@@ -585,7 +602,7 @@ TEST(KvtierHwFaultTornWrite, AnAcknowledgedTearIsDroppedWhenTheStoreIsReopened) 
 TEST(KvtierHwFaultPlan, ABadPlanIsRejectedByTheCheckAndTheRun) {
   testing::ScratchDir dir;
   const std::string exp = MakeExperiment(dir.path(), "fault_injection = read_eio@0\n");
-  for (const std::string cmd : {" config --check --config " + exp,
+  for (const std::string& cmd : {" config --check --config " + exp,
                                 " hw --config " + exp + " --out " + dir.path() + "/r.sqlite"}) {
     std::string out;
     EXPECT_EQ(RunCmd(Kvtier() + cmd, &out), 2) << cmd << "\n" << out;

@@ -231,7 +231,9 @@ HwResult ExpectParity(const Case& c, const SystemOptions& sys, const Workload& w
   if (c.unit == "extent" && (c.system == "as_h2o_lfu" || c.system == "spec")) {
     EXPECT_GT(extent_chunks, 0u) << "the trace must read some chunks in part";
   }
-  if (c.unit == "chunk") EXPECT_EQ(extent_chunks, 0u);
+  if (c.unit == "chunk") {
+    EXPECT_EQ(extent_chunks, 0u);
+  }
   EXPECT_EQ(hw.stats.extents_verified, hw.stats.extents_read);
   EXPECT_EQ(hw.stats.chunks_verified, hw.stats.chunks_read);
 

@@ -143,7 +143,7 @@ TEST(SimExecutorGolden, BackgroundWritesGetAtMostTheirShareOfTheSsd) {
   EXPECT_NEAR(r.end_s, 1.1, 1e-9);
 }
 
-// ssd.background_ops: three 0.5 GB stores (1 s each alone at the 0.5 GB/s background cap).
+// ssd.write_lanes: three 0.5 GB stores (1 s each alone at the 0.5 GB/s background cap).
 // No limit (0): they share the cap and all end at 3 s. A limit of 1 runs them one after the
 // other in submission order (1, 2, 3 s; the third starts at 2 s); a limit of 2 shares the cap
 // between the first two (both end at 2 s), then the third runs alone (3 s). The demand read
@@ -151,7 +151,7 @@ TEST(SimExecutorGolden, BackgroundWritesGetAtMostTheirShareOfTheSsd) {
 void ThreeStoresAndARead(int limit, OpTimes* stores, OpTimes* read) {
   HardwareOptions hw = Hw();
   hw.ssd_background_share = 0.25;  // 0.25 * 2 GB/s = 0.5 GB/s for background writes
-  hw.ssd_background_ops = limit;
+  hw.ssd_write_lanes = limit;
   SimExecutor ex(Model(), hw);
   ex.Run([&] {
     OpId ids[3];
@@ -178,7 +178,7 @@ TEST(SimExecutorGolden, BackgroundStoresShareTheCapWithoutALimit) {
   EXPECT_NEAR(r.end_s, 1.0, 1e-9);
 }
 
-TEST(SimExecutorGolden, BackgroundOpsLimitRunsStoresInFifoOrder) {
+TEST(SimExecutorGolden, OneWriteLaneRunsStoresInFifoOrder) {
   OpTimes s[3], r;
   ThreeStoresAndARead(1, s, &r);
   for (int i = 0; i < 3; ++i) {
@@ -189,7 +189,7 @@ TEST(SimExecutorGolden, BackgroundOpsLimitRunsStoresInFifoOrder) {
   EXPECT_NEAR(r.end_s, 1.0, 1e-9) << "the read sees the same 4.5 GB/s";
 }
 
-TEST(SimExecutorGolden, BackgroundOpsLimitOfTwoSharesBetweenTheFirstTwo) {
+TEST(SimExecutorGolden, TwoWriteLanesShareBetweenTheFirstTwo) {
   OpTimes s[3], r;
   ThreeStoresAndARead(2, s, &r);
   EXPECT_NEAR(s[0].end_s, 2.0, 1e-9);

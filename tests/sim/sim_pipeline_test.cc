@@ -300,20 +300,20 @@ TEST(SimParity, SpecCakeSameDecisionsAsFakeExecutor) {
   EXPECT_EQ(sim_text, fake_text);
 }
 
-// ssd.background_ops against the exact path (no limit) on a backlog: a conversation of 30 turns
+// ssd.write_lanes against no limit on a backlog: a conversation of 30 turns
 // served back to back, each reusing the last turn's prefix from the SSD and storing 2,048 new
 // tokens (16 MiB at the 0.5 GB/s background cap: 34 ms, far longer than a turn's prefill), so
-// the stores pile up. With at most 4 stores running at once (the rest in FIFO order) the
+// the stores pile up. With at most 1 or 4 stores running at once (the rest in FIFO order) the
 // foreground reads share the device with the same background total (the cap binds whether one
 // or thirty stores run), so every request's decisions are the same and its times agree to
 // rounding; what moves is when each store ends (FIFO, not all at once), and the last store ends
 // when all of them ended before. Returns per request: ttft, ssd_read_bytes, gpu/cpu/ssd chunks;
 // then every store's end; then the simulated end.
-std::vector<double> BacklogRun(const std::string& system, int background_ops) {
+std::vector<double> BacklogRun(const std::string& system, int write_lanes) {
   ModelSpec m = Model();
   HardwareOptions hw = Hw();
   hw.ssd_background_share = 0.25;
-  hw.ssd_background_ops = background_ops;
+  hw.ssd_write_lanes = write_lanes;
   SimExecutor ex(m, hw);
   ScriptedScores scores([](const Request& r, int l, int h, std::int64_t t) {
     return float(((t * 2654435761u) ^ (r.id * 40503u) ^ (l * 7u) ^ (h * 3u)) % 1000);
@@ -342,10 +342,12 @@ std::vector<double> BacklogRun(const std::string& system, int background_ops) {
   return out;
 }
 
-TEST(SimBackgroundOps, ForegroundMatchesTheUnlimitedShareUnderABacklog) {
-  for (const std::string system : {"as", "spec"}) {
+TEST(SimWriteLanes, ForegroundMatchesTheUnlimitedShareUnderABacklog) {
+  for (const auto& [system, lanes] : std::vector<std::pair<std::string, int>>{
+           {"as", 1}, {"as", 4}, {"spec", 1}, {"spec", 4}}) {
+    SCOPED_TRACE(system + " with " + std::to_string(lanes) + " write lanes");
     const std::vector<double> exact = InChild([&] { return BacklogRun(system, 0); });
-    const std::vector<double> fifo = InChild([&] { return BacklogRun(system, 4); });
+    const std::vector<double> fifo = InChild([&] { return BacklogRun(system, lanes); });
     ASSERT_EQ(exact.size(), fifo.size()) << system;
     ASSERT_EQ(exact.size(), 30u * 5 + 30 + 1) << system;
     double mean_exact = 0, mean_fifo = 0;
