@@ -195,7 +195,7 @@ class CudaBackend : public DeviceBackend {
 
   // cuBLAS GEMMs at the model's shapes (uninitialised scratch: timing only), attention as
   // per-head GEMMs, timed with events on the compute stream.
-  Status Compute(const ComputeOp& c, Interval* when) override {
+  Status Compute(const ComputeOp& c, Seconds /*ready_s*/, Interval* when) override {
     const ModelSpec& model = options_.model;
     const int d = model.hidden, hd = model.head_dim, H = model.heads, KV = model.kv_heads;
     const std::int64_t n = std::max<std::int64_t>(1, c.new_tokens);

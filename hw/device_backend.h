@@ -169,8 +169,11 @@ class DeviceBackend {
   // Copies `pieces` (host memory to host memory: selected rows into a gather buffer, one
   // memcpy per piece) and returns when they are in place.
   virtual Status Gather(std::span<const CopyPiece> pieces) = 0;
-  // Runs one compute step and returns when it is over, with *when.
-  virtual Status Compute(const ComputeOp& op, Interval* when) = 0;
+  // Runs one compute step and returns when it is over, with *when. `ready_s` (executor clock)
+  // is when the step became ready to run -- its dependencies done -- before the hand-off to
+  // the thread that runs it. Modeled compute on the host ends the modeled duration after it,
+  // the hand-off standing in for the step's launch (HostBackend); a real device ignores it.
+  virtual Status Compute(const ComputeOp& op, Seconds ready_s, Interval* when) = 0;
 
   // The executor's clock was reset (HostClock::Reset): the backend re-anchors its device
   // timestamps to it. Setup only.
@@ -209,8 +212,8 @@ class DeviceBackendWrapper : public DeviceBackend {
     return target_->DeviceGather(pieces, release, when);
   }
   Status Gather(std::span<const CopyPiece> pieces) override { return target_->Gather(pieces); }
-  Status Compute(const ComputeOp& op, Interval* when) override {
-    return target_->Compute(op, when);
+  Status Compute(const ComputeOp& op, Seconds ready_s, Interval* when) override {
+    return target_->Compute(op, ready_s, when);
   }
   Status OnClockReset() override { return target_->OnClockReset(); }
 

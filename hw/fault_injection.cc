@@ -193,11 +193,11 @@ class FaultyBackend final : public DeviceBackendWrapper {
     }
     return DeviceBackendWrapper::Gather(pieces);
   }
-  Status Compute(const ComputeOp& op, Interval* when) override {
+  Status Compute(const ComputeOp& op, Seconds ready_s, Interval* when) override {
     if (const FaultRule* r = faults_->Next(FaultClass::kCompute)) {
       return Fail(*r, "compute kernel", nullptr, when);
     }
-    return DeviceBackendWrapper::Compute(op, when);
+    return DeviceBackendWrapper::Compute(op, ready_s, when);
   }
 
  private:

@@ -121,23 +121,32 @@ class HostBackend : public DeviceBackend {
     return Status::OK();
   }
 
-  Status Compute(const ComputeOp& op, Interval* when) override {
+  Status Compute(const ComputeOp& op, Seconds ready_s, Interval* when) override {
     const std::int64_t start_ns = MonotonicNowNs();
     when->start_s = clock_->ToSeconds(start_ns);
     if (real_) {
       real_->Run(op);
     } else {
-      // The modeled duration, stretched by gpu.gather_sm_share of the time a device gather ran
+      // The modeled duration d, stretched by gpu.gather_sm_share of the time a device gather ran
       // beside it (the kernel takes SMs from the compute): re-checked after each sleep, since
-      // the stretch may meet a later gather.
+      // the stretch may meet a later gather. d includes the step's launch, gpu.kernel_overhead
+      // (on this backend kvtier calibrate measures it as the thread hand-off), and the hand-off
+      // into this lane really happened between `ready_s` and now: the step ends d after it
+      // became ready, as the simulator's does, but never sooner than its work without that one
+      // launch after it started (a hand-off slower than the launch is not hidden).
       const std::int64_t d_ns = std::int64_t(options_.timer->OpSeconds(op) * 1e9);
+      const std::int64_t launch_ns = std::min<std::int64_t>(
+          d_ns, std::int64_t(options_.hardware.gpu_kernel_overhead * 1e9));
+      const std::int64_t ready_ns = start_ns - std::max<std::int64_t>(
+          0, std::int64_t((when->start_s - ready_s) * 1e9));
       const double share = options_.hardware.gpu_gather_sm_share;
-      std::int64_t end_ns = start_ns + d_ns;
+      const std::int64_t base_end_ns = std::max(ready_ns + d_ns, start_ns + d_ns - launch_ns);
+      std::int64_t end_ns = base_end_ns;
       while (true) {
         SleepUntilNs(end_ns);
         if (share <= 0) break;
         const std::int64_t want =
-            start_ns + d_ns + std::int64_t(share * double(GatherOverlapNs(start_ns, end_ns)));
+            base_end_ns + std::int64_t(share * double(GatherOverlapNs(start_ns, end_ns)));
         if (want <= end_ns) break;
         end_ns = want;
       }

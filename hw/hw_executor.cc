@@ -399,7 +399,8 @@ struct HwExecutor::Impl {
   // issued by whoever starts them: the engine's thread does the I/O.
   void Dispatch(const OpPtr& op, bool completing) {
     if (!op->is_transfer) {
-      compute_lane->Run([this, op] { RunCompute(op); }, false);
+      const Seconds ready = Now();  // dependencies done: the hand-off to the lane starts
+      compute_lane->Run([this, op, ready] { RunCompute(op, ready); }, false);
       return;
     }
     const bool copy_inline = completing && inline_copies;
@@ -942,9 +943,9 @@ struct HwExecutor::Impl {
 
   // ---- compute ----
 
-  void RunCompute(const OpPtr& op) {
+  void RunCompute(const OpPtr& op, Seconds ready) {
     Interval when;
-    const Status status = device->Compute(op->c, &when);
+    const Status status = device->Compute(op->c, ready, &when);
     {
       std::lock_guard<std::mutex> l(stats_mu);
       ++st.compute_ops;

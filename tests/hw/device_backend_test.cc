@@ -100,8 +100,42 @@ TEST(DeviceBackend, HostModeledComputeLastsTheCostModelsDuration) {
   op.new_tokens = 64;
   op.context_tokens = 256;
   Interval when;
-  ASSERT_TRUE(b->Compute(op, &when).ok());
+  ASSERT_TRUE(b->Compute(op, clock.Now(), &when).ok());
   EXPECT_GE(when.end_s - when.start_s, timer.OpSeconds(op));
+}
+
+// The hand-off into the compute lane stands in for the step's launch (gpu.kernel_overhead, which
+// kvtier calibrate measures as that hand-off on this backend). A step of ~0 work and a 20 ms
+// launch: ready 10 ms before it started -> it ends 20 ms after it became ready, 10 ms after it
+// started; ready 50 ms before (a hand-off longer than the launch) -> it ends at once (its ~0
+// work); ready as it starts -> the whole 20 ms. Sleeps end no sooner than asked, so the upper
+// bounds leave room.
+TEST(DeviceBackend, HostModeledComputeCountsTheHandOffAsTheLaunch) {
+  HostClock clock;
+  DeviceBackendOptions o = HostOptions(true);
+  o.hardware.gpu_flops = 1e18;  // the step's work ~0: d = the launch overhead
+  o.hardware.gpu_mem_bw = 1e18;
+  o.hardware.gpu_kernel_overhead = 0.020;
+  o.timer.emplace(o.model, o.hardware);
+  ComputeOp op;
+  op.kind = ComputeKind::kLayerPrefill;
+  op.new_tokens = 1;
+  op.context_tokens = 1;
+  const double d = o.timer->OpSeconds(op);
+  ASSERT_NEAR(d, 0.020, 1e-6);
+  std::unique_ptr<DeviceBackend> b;
+  ASSERT_TRUE(CreateHostBackend(std::move(o), &clock, &b).ok());
+  Interval when;
+  // Ready 10 ms ago: ends d after that, 10 ms after it started (the hand-off paid the rest).
+  ASSERT_TRUE(b->Compute(op, clock.Now() - 0.010, &when).ok());
+  EXPECT_GE(when.end_s - when.start_s, 0.010 - 1e-4);
+  EXPECT_LT(when.end_s - when.start_s, 0.019);
+  // Ready 50 ms ago: the launch is all hidden, the work (~0) remains.
+  ASSERT_TRUE(b->Compute(op, clock.Now() - 0.050, &when).ok());
+  EXPECT_LT(when.end_s - when.start_s, 0.009);
+  // Ready now: the whole d.
+  ASSERT_TRUE(b->Compute(op, clock.Now(), &when).ok());
+  EXPECT_GE(when.end_s - when.start_s, d - 1e-4);
 }
 
 // Fault injection at the backend: the second call of one kind -- an H2D or D2H copy, a
@@ -142,12 +176,12 @@ class FailNth : public DeviceBackendWrapper {
     if (Hit(Fault::kGather)) return Injected();
     return DeviceBackendWrapper::Gather(pieces);
   }
-  Status Compute(const ComputeOp& op, Interval* when) override {
+  Status Compute(const ComputeOp& op, Seconds ready_s, Interval* when) override {
     if (Hit(Fault::kCompute)) {
       *when = {};
       return Injected();
     }
-    return DeviceBackendWrapper::Compute(op, when);
+    return DeviceBackendWrapper::Compute(op, ready_s, when);
   }
 
  private:

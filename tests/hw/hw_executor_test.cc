@@ -134,12 +134,12 @@ TEST(HwExecutor, AReadsCompletionRunsTheNextStageOnItsThread) {
       }
       return DeviceBackendWrapper::Copy(d, pieces, copies, release, when);
     }
-    Status Compute(const ComputeOp& op, Interval* when) override {
+    Status Compute(const ComputeOp& op, Seconds ready_s, Interval* when) override {
       {
         std::lock_guard<std::mutex> l(mu);
         compute.push_back(std::this_thread::get_id());
       }
-      return DeviceBackendWrapper::Compute(op, when);
+      return DeviceBackendWrapper::Compute(op, ready_s, when);
     }
   };
   Threads* seen = nullptr;

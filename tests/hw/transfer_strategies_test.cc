@@ -187,14 +187,14 @@ TEST(HostBackendStrategies, ComputeOverlappingADeviceGatherIsSlowedByTheSmShare)
   Interval gather, compute;
   std::thread t([&] { ASSERT_TRUE(b->DeviceGather(RunPieces(src, &dst, rows), {}, &gather).ok()); });
   std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the gather is running
-  ASSERT_TRUE(b->Compute(op, &compute).ok());
+  ASSERT_TRUE(b->Compute(op, clock.Now(), &compute).ok());
   t.join();
   const double overlap = std::max(0.0, std::min(gather.end_s, compute.end_s) -
                                            std::max(gather.start_s, compute.start_s));
   EXPECT_GT(overlap, 0.0);
   EXPECT_GE(compute.end_s - compute.start_s, d + 0.5 * overlap - 1e-4);
   // Without a gather running, the same step lasts about d (nothing stretched it).
-  ASSERT_TRUE(b->Compute(op, &compute).ok());
+  ASSERT_TRUE(b->Compute(op, clock.Now(), &compute).ok());
   EXPECT_GE(compute.end_s - compute.start_s, d);
 }
 
