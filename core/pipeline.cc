@@ -119,9 +119,10 @@ void Pipeline::ObserveImportance(RequestRun& rs) {
   std::fill(rs.kept_fraction.begin(), rs.kept_fraction.end(), 0.0f);
   rs.kept_sets.clear();
   // H2O's selection exactly (ScoreSource::TopKPerHead: the heads' union and per-token head
-  // counts, which Keep() reads as it reads the per-head sets), so an H2O selection memo answers it.
+  // counts, which AddKept() reads as it reads the per-head sets), so an H2O selection memo
+  // answers it.
   for (int l = 0; l < model_.layers; ++l) {
-    rs.Keep(scores_->TopKPerHead(rs.request(), l, rs.n, heads, k));
+    rs.AddKept(scores_->TopKPerHead(rs.request(), l, rs.n, heads, k));
   }
 }
 

@@ -80,10 +80,16 @@ class RequestRun {
   // not yet done: they finish in the background and are logged then.
   void Abandon(const std::vector<OpId>& ops);
 
-  // Adds one layer's selection to kept_fraction (the share of the layer that kept each token)
-  // and, for the reorderer's evidence (reorder.enabled), its kept tokens to kept_sets: the
-  // shared set, the union of the per-head sets (what the layer loads values of), or the range.
+  // The schedule's record of one layer's selection: AddKept() when Pipeline::Run reads it
+  // (reorder.enabled: the importance history and the reorderer's evidence), else nothing --
+  // without reordering nothing reads kept_fraction, and a history selector's pipeline replaces
+  // both with what the attention observed (Pipeline::ObserveImportance). (For the H2O
+  // baselines, which do not reorder, this was 16% of a warm run on the Mooncake trace.)
   void Keep(const Selection& kept);
+  // Adds one layer's selection to kept_fraction (the share of the layer that kept each token)
+  // and, when reorder.enabled, its kept tokens to kept_sets: the shared set, the union of the
+  // per-head sets (what the layer loads values of), or the range.
+  void AddKept(const Selection& kept);
 
   // ---- records: the schedule fills them, Pipeline::Run logs them ---------------------------
   std::uint64_t tree_version = 0;  // Pipeline::tree_version_ when `match` was looked up
@@ -116,6 +122,12 @@ class RequestRun {
   bool warmup_;
   int holder_;
   LoadPlanner planner_;
+  bool keeps_;  // Keep() records (see there)
 };
+
+// AddKept() of a kCounted selection: w = 1/kept.heads added to fraction[t] once per head
+// keeping token t, each token's adds in sequence (the float sums of the per-head sets, bit for
+// bit). REQUIRES: kept.kind == kCounted, its tokens < fraction.size().
+void AddCountedShares(const Selection& kept, std::span<float> fraction);
 
 }  // namespace kvtier

@@ -47,8 +47,8 @@ class Schedule {
   // Submits and waits for one request's prefill: loads and computes of every layer for the
   // reused prefix R (run.n tokens, run.match), the new prefix NR and the query Q. Fills
   // run.layer_compute (the last non-kNoOp entry is what the output layer waits for),
-  // run.layer_gpu_ops, run.layers, run.kept_fraction (through RequestRun::Keep) and the
-  // request record's counters. Returns the first failure of an op it waited for, else OK
+  // run.layer_gpu_ops, run.layers, run.kept_fraction (through RequestRun::Keep, where read) and
+  // the request record's counters. Returns the first failure of an op it waited for, else OK
   // (Pipeline::Run retires every op either way).
   // REQUIRES: run.n > 0 and run.planner() mapped, unless reuses() is false.
   virtual Status Prefill(RequestRun& run) = 0;

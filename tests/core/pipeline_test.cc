@@ -5,10 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstring>
 #include <map>
 #include <numeric>
+#include <random>
 #include <tuple>
 
+#include "core/request_run.h"
 #include "tests/testutil/fake_executor.h"
 #include "tests/testutil/scripted_scores.h"
 
@@ -428,6 +432,54 @@ TEST(PipelineTest, H2oCountedSetsLoadAndRecordExactlyAsThePerHeadSets) {
   bool repacked = false;
   for (const DecisionRecord& d : counted.second) repacked |= d.kind == "reorder";
   EXPECT_TRUE(repacked) << "the importance history was exercised";
+}
+
+// AddCountedShares groups tokens by head count and advances many tokens' adds side by side;
+// each token must still get w added c times in sequence, so the sums equal the plain per-token
+// loop bit for bit: for 1 to 64 heads (w not a power of two for most), counts from 1 to heads
+// in blocks of every size around the 32 lanes (lone tokens, partial blocks), starting values
+// zero, small, large (w below half an ulp: the adds change nothing) and accumulated over
+// several layers as a request's are.
+TEST(PipelineTest, CountedSharesAddExactlyAsTheSequentialLoop) {
+  std::mt19937 rng(7);
+  for (int heads : {1, 2, 3, 7, 32, 40, 64}) {
+    const std::size_t n = 3000;
+    std::vector<float> fast(n), slow(n);
+    std::uniform_real_distribution<float> start(0.0f, 64.0f);
+    for (std::size_t t = 0; t < n; ++t) {
+      fast[t] = slow[t] = t % 5 == 0 ? 0.0f : t % 5 == 1 ? 3e7f + float(t) : start(rng);
+    }
+    for (int layer = 0; layer < 6; ++layer) {
+      std::vector<std::uint16_t> of(n, 0);
+      for (std::size_t t = 0; t < n; ++t) {
+        const std::uint32_t r = rng();
+        // Skewed like H2O's: most tokens kept by none or a few heads, some by all.
+        if (r % 3 == 0) continue;
+        of[t] = std::uint16_t(r % 7 == 0 ? heads : 1 + (r >> 8) % std::uint32_t(heads));
+      }
+      // A count with exactly 1, 31, 32 and 33 tokens: blocks of every boundary size.
+      if (heads >= 4) {
+        for (std::size_t t = 0; t < n; ++t) of[t] = of[t] >= 2 && of[t] <= 4 ? 1 : of[t];
+        std::size_t t = 0;
+        for (int c = 2; c <= 4; ++c) {
+          const std::size_t m = c == 2 ? 1 : c == 3 ? 31 : 33;
+          for (std::size_t i = 0; i < m; ++i, t += 11) of[t] = std::uint16_t(c);
+        }
+      }
+      const Selection sel = Selection::FromCounts(of, heads);
+      AddCountedShares(sel, fast);
+      const float w = 1.0f / float(heads);
+      for (std::size_t i = 0; i < sel.shared.size(); ++i) {
+        float& f = slow[std::size_t(sel.shared[i])];
+        for (int c = 0; c < sel.counts[i]; ++c) f += w;
+      }
+      for (std::size_t t = 0; t < n; ++t) {
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(fast[t]), std::bit_cast<std::uint32_t>(slow[t]))
+            << "heads " << heads << " layer " << layer << " token " << t << ": " << fast[t]
+            << " vs " << slow[t];
+      }
+    }
+  }
 }
 
 TEST(PipelineTest, SameInputsSameDecisions) {
