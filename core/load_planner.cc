@@ -262,12 +262,23 @@ void LoadPlanner::Plan(int layer, KvKind kind, const Selection& sel, bool demand
     if (sel.kind == Selection::Kind::kShared) {
       for (std::size_t s = 0; s < nslots; ++s) need_bytes[s] = Bytes(count[s]) * token_bytes;
     } else {
-      // One head's row per head keeping the token: the integer sums of the per-head walk.
+      // One head's row per head keeping the token: the integer sums of the per-head walk,
+      // the heads of a run of tokens in one slot summed in a register (an add through memory
+      // per token waited on the previous one: half of Plan's samples).
       const Bytes row = run_.model().RowBytes();
       std::fill(need_bytes.begin(), need_bytes.end(), 0);
+      std::uint32_t cur = sel.shared.empty() ? 0 : slot_of_[std::size_t(sel.shared[0])];
+      Bytes heads = 0;
       for (std::size_t i = 0; i < sel.shared.size(); ++i) {
-        need_bytes[slot_of_[std::size_t(sel.shared[i])]] += row * Bytes(sel.counts[i]);
+        const std::uint32_t s = slot_of_[std::size_t(sel.shared[i])];
+        if (s != cur) {
+          need_bytes[cur] += row * heads;
+          cur = s;
+          heads = 0;
+        }
+        heads += sel.counts[i];
       }
+      if (!sel.shared.empty()) need_bytes[cur] += row * heads;
     }
     rows_base = lay.rows.data();
   } else {
