@@ -81,14 +81,27 @@ void Pipeline::StoreNewPrefix(RequestRun& rs, OpId after) {
   if (segment == 0) return;
   if (!sys.store_new) return;
   const Segment* seg = tree_->FindSegment(segment);
-  Bytes bytes = 0;
+  // Every layer stores the same chunks: their sizes are looked up once (a search of the
+  // segment's packs each), not once per layer (2-4% of a warm H2O run on the Mooncake trace).
+  std::vector<Bytes> chunk_bytes;
+  chunk_bytes.reserve(std::size_t(seg->num_chunks) * layout_.kinds().size());
+  Bytes layer_bytes = 0;
+  for (std::uint32_t c = 0; c < seg->num_chunks; ++c) {
+    for (KvKind kind : layout_.kinds()) {
+      chunk_bytes.push_back(layout_.ChunkBytes(*seg, c, kind));
+      layer_bytes += chunk_bytes.back();
+    }
+  }
+  const Bytes bytes = layer_bytes * Bytes(model_.layers);
   std::vector<ChunkIo> chunks;
-  for (int l = 0; l < model_.layers; ++l) {
-    for (std::uint32_t c = 0; c < seg->num_chunks; ++c) {
-      for (KvKind kind : layout_.kinds()) {
-        const Bytes b = layout_.ChunkBytes(*seg, c, kind);
-        bytes += b;
-        if (options_.chunk_detail) chunks.push_back({ChunkId::Make(segment, kind, l, c), b, {}, {}});
+  if (options_.chunk_detail) {
+    chunks.reserve(chunk_bytes.size() * std::size_t(model_.layers));
+    for (int l = 0; l < model_.layers; ++l) {
+      std::size_t i = 0;
+      for (std::uint32_t c = 0; c < seg->num_chunks; ++c) {
+        for (KvKind kind : layout_.kinds()) {
+          chunks.push_back({ChunkId::Make(segment, kind, l, c), chunk_bytes[i++], {}, {}});
+        }
       }
     }
   }
