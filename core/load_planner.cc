@@ -33,15 +33,35 @@ void SortChunkRows(std::uint16_t* b, std::uint16_t* e) {
   KVTIER_DCHECK(out == e, "a chunk's rows repeat");
 }
 
-// Rows of `needed` not in `have` (both sorted): appended to *out when it is not null; returns
-// how many.
+// Rows of `needed` not in `have` (both sorted), into *out (replaced); returns how many. Written
+// through a pointer into room made once (a push_back per row re-read the thread_local vector),
+// and below row 1,024 (any chunk of the usual 16-256 tokens) by testing a bitmap of `have`
+// without branches instead of merging (the merge's branches and push_back were ~40% of Plan's
+// samples in a warm spec run on the Mooncake trace).
 std::size_t Missing(std::span<const std::uint16_t> needed, std::span<const std::uint16_t> have,
                     std::vector<std::uint16_t>* out) {
-  std::size_t i = 0, j = 0, missing = 0;
+  out->resize(needed.size());
+  std::uint16_t* w = out->data();
+  constexpr std::size_t kWords = 16;
+  const std::uint16_t top = std::max<std::uint16_t>(needed.empty() ? 0 : needed.back(),
+                                                    have.empty() ? 0 : have.back());
+  if (top < kWords * 64) {
+    std::uint64_t bits[kWords];
+    const std::size_t words = std::size_t(top >> 6) + 1;
+    std::fill(bits, bits + words, 0);
+    for (std::uint16_t h : have) bits[h >> 6] |= std::uint64_t{1} << (h & 63);
+    for (std::uint16_t x : needed) {
+      *w = x;
+      w += ((bits[x >> 6] >> (x & 63)) & 1) ^ 1;
+    }
+    const std::size_t missing = std::size_t(w - out->data());
+    out->resize(missing);
+    return missing;
+  }
+  std::size_t i = 0, j = 0;
   while (i < needed.size()) {
     if (j == have.size() || needed[i] < have[j]) {
-      if (out != nullptr) out->push_back(needed[i]);
-      ++missing;
+      *w++ = needed[i];
       ++i;
     } else if (have[j] < needed[i]) {
       ++j;
@@ -50,6 +70,8 @@ std::size_t Missing(std::span<const std::uint16_t> needed, std::span<const std::
       ++j;
     }
   }
+  const std::size_t missing = std::size_t(w - out->data());
+  out->resize(missing);
   return missing;
 }
 
@@ -368,7 +390,6 @@ void LoadPlanner::Plan(int layer, KvKind kind, const Selection& sel, bool demand
       if (!pre->all_rows && pre->source != Source::kGpuHit) {
         // Rows the prefetch missed come from CPU memory, moved by the strategy like any
         // CPU-cached rows.
-        missing_rows.clear();
         const std::size_t missing = Missing(r, current_.RowsOf(*pre), &missing_rows);
         if (missing > 0) {
           const Bytes extra = need_bytes[s] * Bytes(missing) / Bytes(r.size());
