@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/errors.h"
 #include "traces/hash.h"
+#include "traces/key_values.h"
 
 namespace kvtier {
 namespace {
@@ -106,14 +107,8 @@ std::string DecodeModelParams::ToString() const {
 
 DecodeModelParams DecodeModelParams::Parse(const std::string& text, const std::string& where) {
   DecodeModelParams p;
-  std::istringstream in(text);
-  std::string item;
-  while (in >> item) {
-    const auto eq = item.find('=');
-    if (eq == std::string::npos) {
-      throw ConfigError(where + ": expected key=value, got '" + item + "'");
-    }
-    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+  ForEachKeyValue(text, where, [&](const std::string& key, const std::string& value,
+                                   const std::string&) {
     try {
       if (key == "decode") {
         if (value != "v1") throw ConfigError(where + ": decode: expected v1, got '" + value + "'");
@@ -146,7 +141,7 @@ DecodeModelParams DecodeModelParams::Parse(const std::string& text, const std::s
     } catch (const std::out_of_range&) {
       throw ConfigError(where + ": " + key + ": out of range: '" + value + "'");
     }
-  }
+  });
   p.Validate(where);
   return p;
 }

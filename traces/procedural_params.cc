@@ -4,19 +4,14 @@
 
 #include "core/errors.h"
 #include "traces/importance_model.h"
+#include "traces/key_values.h"
 
 namespace kvtier {
 
 ProceduralParams ProceduralParams::Parse(const std::string& text, const std::string& where) {
   ProceduralParams p;
-  std::istringstream in(text);
-  std::string item;
-  while (in >> item) {
-    const auto eq = item.find('=');
-    if (eq == std::string::npos) {
-      throw ConfigError(where + ": expected key=value, got '" + item + "'");
-    }
-    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+  ForEachKeyValue(text, where, [&](const std::string& key, const std::string& value,
+                                   const std::string& item) {
     try {
       if (key == "seed") {
         p.seed = std::stoull(value);
@@ -89,7 +84,7 @@ ProceduralParams ProceduralParams::Parse(const std::string& text, const std::str
     } catch (const std::logic_error&) {  // stod/stoi: invalid_argument, out_of_range
       throw ConfigError(where + ": cannot parse '" + item + "'");
     }
-  }
+  });
   p.Validate(where);
   const ProceduralParams d;
   const bool v2_only = p.persistent != d.persistent || p.slow != d.slow ||
