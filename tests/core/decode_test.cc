@@ -12,6 +12,7 @@
 #include "core/pipeline.h"
 #include "tests/testutil/fake_executor.h"
 #include "tests/testutil/scripted_scores.h"
+#include "tests/testutil/tiny_model.h"
 
 namespace kvtier {
 namespace {
@@ -23,17 +24,11 @@ using testing::ScriptedScores;
 // 4 layers; K (or V) of one token in one layer: 2 KV heads * 16 * 2 B = 64 B, so 16-bit K + V
 // is 128 B per token and layer.
 ModelSpec TinyModel() {
-  ModelSpec m;
-  m.name = "tiny";
-  m.family = ModelFamily::kLlama;
-  m.layers = 4;
+  ModelSpec m = testing::TinyModel(4);
   m.hidden = 64;
-  m.heads = 4;
   m.kv_heads = 2;
   m.head_dim = 16;
   m.ffn = 128;
-  m.vocab = 100;
-  m.max_context = 4096;
   return m;
 }
 

@@ -8,7 +8,6 @@
 
 #include <cstdlib>
 #include <functional>
-#include <numeric>
 #include <optional>
 #include <unordered_map>
 
@@ -18,29 +17,17 @@
 #include "core/pipeline.h"
 #include "tests/testutil/fake_executor.h"
 #include "tests/testutil/scripted_scores.h"
+#include "tests/testutil/tiny_model.h"
 
 namespace kvtier {
 namespace {
 
+using testing::Agreeing;
 using testing::FakeExecutor;
 using testing::FakeExecutorOptions;
+using testing::PrefixRequests;
 using testing::ScriptedScores;
-
-ModelSpec TinyModel() {
-  ModelSpec m;
-  m.name = "tiny";
-  m.family = ModelFamily::kLlama;
-  m.layers = 3;
-  m.hidden = 16;
-  m.heads = 4;
-  m.kv_heads = 4;
-  m.head_dim = 4;
-  m.ffn = 32;
-  m.vocab = 100;
-  m.dtype_bytes = 2;
-  m.max_context = 4096;
-  return m;
-}
+using testing::TinyModel;
 
 // A shipped system at the tiny model's scale, no caches: every reused chunk is read.
 SystemOptions ShippedSystem(const std::string& name) {
@@ -52,23 +39,7 @@ SystemOptions ShippedSystem(const std::string& name) {
   return BuildSystemOptions(c, TinyModel());
 }
 
-float Agreeing(const Request&, int layer, int, std::int64_t t) {
-  return float((t * 7 + layer) % 13);
-}
-
-std::vector<Request> Requests() {
-  std::vector<Request> out;
-  const std::int64_t lengths[] = {40, 64, 80};
-  for (int i = 0; i < 3; ++i) {
-    Request r;
-    r.id = RequestId(i + 1);
-    r.prefix.resize(std::size_t(lengths[i]));
-    std::iota(r.prefix.begin(), r.prefix.end(), 1000);
-    r.query_tokens = 6;
-    out.push_back(r);
-  }
-  return out;
-}
+std::vector<Request> Requests() { return PrefixRequests({40, 64, 80}); }
 
 // Fails the first transfer `matches` accepts with `error` (annotated with the op and its first
 // chunk, as hw reports errors). The target runs every op as usual; this wrapper changes what

@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <numeric>
 #include <set>
 
 #include "core/config.h"
@@ -19,30 +18,18 @@
 #include "core/pipeline.h"
 #include "tests/testutil/fake_executor.h"
 #include "tests/testutil/scripted_scores.h"
+#include "tests/testutil/tiny_model.h"
 
 namespace kvtier {
 namespace {
 
+using testing::Agreeing;
 using testing::FakeExecutor;
 using testing::FakeExecutorOptions;
 using testing::FakeFailure;
+using testing::PrefixRequests;
 using testing::ScriptedScores;
-
-ModelSpec TinyModel() {
-  ModelSpec m;
-  m.name = "tiny";
-  m.family = ModelFamily::kLlama;
-  m.layers = 3;
-  m.hidden = 16;
-  m.heads = 4;
-  m.kv_heads = 4;
-  m.head_dim = 4;
-  m.ffn = 32;
-  m.vocab = 100;
-  m.dtype_bytes = 2;
-  m.max_context = 4096;
-  return m;  // K (or V) of one token in one layer: 32 B; a 4-token chunk 128 B
-}
+using testing::TinyModel;
 
 std::string SourceDir() {
   const char* s = std::getenv("KVTIER_SOURCE_DIR");  // set by ctest (tests/CMakeLists.txt)
@@ -58,25 +45,7 @@ SystemOptions ShippedSystem(const std::string& name) {
   return BuildSystemOptions(c, TinyModel());
 }
 
-// Every head ranks tokens the same way: ITF passes and keeps a shared subset of each chunk.
-float Agreeing(const Request&, int layer, int, std::int64_t t) {
-  return float((t * 7 + layer) % 13);
-}
-
-// Requests sharing a prefix: the first stores it, the later ones reuse and extend it.
-std::vector<Request> Requests() {
-  std::vector<Request> out;
-  const std::int64_t lengths[] = {40, 64, 80};
-  for (int i = 0; i < 3; ++i) {
-    Request r;
-    r.id = RequestId(i + 1);
-    r.prefix.resize(std::size_t(lengths[i]));
-    std::iota(r.prefix.begin(), r.prefix.end(), 1000);
-    r.query_tokens = 6;
-    out.push_back(r);
-  }
-  return out;
-}
+std::vector<Request> Requests() { return PrefixRequests({40, 64, 80}); }
 
 // One run as the drivers (hw/run_hw.cc, sim/simulate.cc) make it: requests until the first
 // failure, then Finish; the first failure is the run's.

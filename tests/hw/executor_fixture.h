@@ -4,35 +4,22 @@
 
 #include "hw/hw_executor.h"
 #include <gtest/gtest.h>
-#include <numeric>
 #include "core/pipeline.h"
 #include "hw/arena.h"
 #include "hw/chunk_store.h"
 #include "tests/hw/hw_test_util.h"
 #include "tests/testutil/fake_executor.h"
 #include "tests/testutil/scripted_scores.h"
+#include "tests/testutil/tiny_model.h"
 
 namespace kvtier::hw::fixture {
 
+using kvtier::testing::Agreeing;
 using kvtier::testing::FakeExecutor;
 using kvtier::testing::ScriptedScores;
+// K (or V) of one token in one layer: 32 B; a 4-token chunk 128 B.
+using kvtier::testing::TinyModel;
 using testing::ScratchDir;
-
-inline ModelSpec TinyModel() {
-  ModelSpec m;
-  m.name = "tiny";
-  m.family = ModelFamily::kLlama;
-  m.layers = 3;
-  m.hidden = 16;
-  m.heads = 4;
-  m.kv_heads = 4;
-  m.head_dim = 4;
-  m.ffn = 32;
-  m.vocab = 100;
-  m.dtype_bytes = 2;
-  m.max_context = 4096;
-  return m;  // K (or V) of one token in one layer: 32 B; a 4-token chunk 128 B
-}
 
 inline SystemOptions System(const std::string& name, Bytes gpu, Bytes cpu) {
   SystemOptions s;
@@ -71,20 +58,8 @@ inline SystemOptions System(const std::string& name, Bytes gpu, Bytes cpu) {
 
 // A few requests sharing prefixes: the first stores, the later ones reuse (and extend) it.
 inline std::vector<Request> Requests() {
-  std::vector<Request> out;
-  const std::int64_t lengths[] = {40, 60, 60, 48, 60};
-  for (int i = 0; i < 5; ++i) {
-    Request r;
-    r.id = RequestId(i + 1);
-    r.prefix.resize(std::size_t(lengths[i]));
-    std::iota(r.prefix.begin(), r.prefix.end(), 1000);
-    r.query_tokens = 6;
-    out.push_back(r);
-  }
-  return out;
+  return kvtier::testing::PrefixRequests({40, 60, 60, 48, 60});
 }
-
-inline float Agreeing(const Request&, int layer, int, std::int64_t t) { return float((t * 7 + layer) % 13); }
 
 inline HwExecutorOptions Options(const std::string& dir, const SystemOptions& s) {
   HwExecutorOptions o;
