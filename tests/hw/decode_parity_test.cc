@@ -30,6 +30,7 @@
 #include "tests/hw/backend_recorder.h"
 #include "tests/hw/executor_fixture.h"
 #include "tests/hw/hw_test_util.h"
+#include "tests/hw/parity_fixture.h"
 #include "tests/sim/sim_testutil.h"
 #include "tests/testutil/scripted_scores.h"
 
@@ -39,17 +40,7 @@ namespace {
 using namespace kvtier::hw::fixture;  // NOLINT: test helpers
 
 // Rows of 256 B (head_dim 128), 4 KV heads: one token's K (or V) in one layer is 1 KiB.
-ModelSpec DecodeModel() {
-  ModelSpec m = TinyModel();
-  m.name = "decode-wide";
-  m.layers = 2;
-  m.hidden = 512;
-  m.heads = 4;
-  m.kv_heads = 4;
-  m.head_dim = 128;
-  m.ffn = 1024;
-  return m;
-}
+ModelSpec DecodeModel() { return WideModel("decode-wide"); }
 
 struct Case {
   std::string system, policy, strategy;
@@ -89,13 +80,7 @@ std::vector<Request> DecodeRequests() {
   return out;
 }
 
-std::string Line(const TransferOp& op) {
-  std::ostringstream o;
-  o << TransferKindName(op.kind) << ' ' << PurposeName(op.purpose) << " r" << op.request << " l"
-    << op.layer << " method " << int(op.method) << " staged " << op.staged << " ios " << op.ios
-    << " desc " << op.descriptors << " bytes " << op.bytes;
-  return o.str();
-}
+using fixture::Line;  // of a TransferOp; this file adds a ComputeOp's
 std::string Line(const ComputeOp& op) {
   std::ostringstream o;
   o << ComputeKindName(op.kind) << " r" << op.request << " l" << op.layer << " part "
@@ -185,8 +170,6 @@ std::string RunSim(const SystemOptions& sys) {
   });
 }
 
-using CallKey = std::tuple<int, int, std::uint64_t, Bytes>;
-
 class DecodeParity : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DecodeParity, HwIssuesTheDecodeOpsTheSimulatorCharges) {
@@ -210,24 +193,13 @@ TEST_P(DecodeParity, HwIssuesTheDecodeOpsTheSimulatorCharges) {
                         op.purpose == Purpose::kDecodePrefetch ||
                         op.purpose == Purpose::kDecodeOffload;
     decode_ops += decode;
-    const int dir = op.kind == TransferKind::kD2H ? int(CopyDirection::kDeviceToHost)
-                                                  : int(CopyDirection::kHostToDevice);
+    want.push_back(ExpectedCall(op));
     if (op.kind == TransferKind::kCpuGather) {
-      want.emplace_back(Call::kGather, dir, op.ios, op.bytes);
       ++gathers;
       gathered += op.bytes;
-    } else if (op.method == CopyMethod::kBatched) {
-      want.emplace_back(Call::kBatched, dir, op.descriptors, op.bytes);
-    } else if (op.method == CopyMethod::kDeviceGather) {
-      want.emplace_back(Call::kDeviceGather, dir, op.descriptors, op.bytes);
-    } else {
-      want.emplace_back(Call::kCopy, dir, std::max<std::uint32_t>(1, op.ios), op.bytes);
     }
   }
-  for (const Call& call : hw.calls) {
-    const bool copy = call.what == Call::kCopy;
-    got.emplace_back(call.what, int(call.direction), copy ? call.copies : call.pieces, call.bytes);
-  }
+  for (const Call& call : hw.calls) got.push_back(KeyOf(call));
   std::sort(want.begin(), want.end());
   std::sort(got.begin(), got.end());
   EXPECT_EQ(got, want);

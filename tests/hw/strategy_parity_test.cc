@@ -31,6 +31,7 @@
 #include "tests/hw/backend_recorder.h"
 #include "tests/hw/executor_fixture.h"
 #include "tests/hw/hw_test_util.h"
+#include "tests/hw/parity_fixture.h"
 #include "tests/sim/sim_testutil.h"
 #include "tests/testutil/scripted_scores.h"
 
@@ -39,19 +40,7 @@ namespace {
 
 using namespace kvtier::hw::fixture;  // NOLINT: test helpers
 
-// A model whose rows are 1 KiB (probe keys of 3 heads: 768 B), so a 16-token chunk spans four
-// 4 KiB extents and extent reads really read parts of chunks.
-ModelSpec WideModel() {
-  ModelSpec m = TinyModel();
-  m.name = "wide";
-  m.layers = 2;
-  m.hidden = 512;
-  m.heads = 4;
-  m.kv_heads = 4;
-  m.head_dim = 128;
-  m.ffn = 1024;
-  return m;
-}
+ModelSpec WideModel() { return fixture::WideModel("wide"); }
 
 SystemOptions StrategySystem(const std::string& name, const std::string& strategy,
                              const std::string& unit) {
@@ -74,17 +63,6 @@ class OpRecorder : public ExecutorWrapper {
   using ExecutorWrapper::Submit;
   std::vector<TransferOp> ops;
 };
-
-std::string Line(const TransferOp& op) {
-  std::ostringstream o;
-  o << TransferKindName(op.kind) << ' ' << PurposeName(op.purpose) << " r" << op.request << " l"
-    << op.layer << " method " << int(op.method) << " staged " << op.staged << " ios " << op.ios
-    << " desc " << op.descriptors << " bytes " << op.bytes;
-  return o.str();
-}
-
-// One backend call, as a comparable key: what, direction, count, bytes.
-using CallKey = std::tuple<int, int, std::uint64_t, Bytes>;
 
 struct HwResult {
   std::vector<TransferOp> ops;
@@ -174,27 +152,18 @@ HwResult ExpectParity(const Case& c, const SystemOptions& sys, const Workload& w
       continue;
     }
     if (op.kind == TransferKind::kSsdWrite) continue;
-    const int dir = op.kind == TransferKind::kD2H ? int(CopyDirection::kDeviceToHost)
-                                                  : int(CopyDirection::kHostToDevice);
-    if (op.kind == TransferKind::kCpuGather) {
-      want.emplace_back(Call::kGather, dir, op.ios, op.bytes);
-    } else if (op.method == CopyMethod::kBatched) {
-      EXPECT_EQ(op.ios, 1u) << Line(op);
-      want.emplace_back(Call::kBatched, dir, op.descriptors, op.bytes);
-    } else if (op.method == CopyMethod::kDeviceGather) {
-      EXPECT_EQ(op.ios, 1u) << Line(op);
-      want.emplace_back(Call::kDeviceGather, dir, op.descriptors, op.bytes);
-    } else {
-      want.emplace_back(Call::kCopy, dir, std::max<std::uint32_t>(1, op.ios), op.bytes);
-      bytes_only += op.chunks.empty();
+    want.push_back(ExpectedCall(op));
+    const int what = std::get<0>(want.back());
+    if (what == Call::kBatched || what == Call::kDeviceGather) {
+      EXPECT_EQ(op.ios, 1u) << Line(op);  // one call
     }
+    bytes_only += what == Call::kCopy && op.chunks.empty();
     loads += op.kind == TransferKind::kH2D && op.purpose != Purpose::kPromote;
   }
   std::uint64_t copies_not_pieces = 0;
   for (const Call& call : hw.calls) {
-    const bool copy = call.what == Call::kCopy;
-    got.emplace_back(call.what, int(call.direction), copy ? call.copies : call.pieces, call.bytes);
-    copies_not_pieces += copy && call.copies != call.pieces;
+    got.push_back(KeyOf(call));
+    copies_not_pieces += call.what == Call::kCopy && call.copies != call.pieces;
   }
   std::sort(want.begin(), want.end());
   std::sort(got.begin(), got.end());
