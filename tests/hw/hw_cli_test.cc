@@ -11,19 +11,14 @@
 #include "core/options.h"
 #include "models/layer_table.h"
 #include "tests/hw/hw_test_util.h"
+#include "tests/testutil/run_command.h"
 
 namespace kvtier::hw {
 namespace {
 
 std::string Kvtier() { return KVTIER_CLI; }  // set by tests/hw/executor.cmake
 
-int RunCmd(const std::string& cmd, std::string* out) {
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  while (p && std::fgets(buf, sizeof buf, p)) *out += buf;
-  const int status = p ? ::pclose(p) : -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+using kvtier::testing::RunCmd;
 
 TEST(KvtierCalibrate, QuickProfileIsAValidHardwareInclude) {
   testing::ScratchDir dir;

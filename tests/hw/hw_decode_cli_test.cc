@@ -13,28 +13,16 @@
 #include <string>
 
 #include "tests/hw/hw_test_util.h"
+#include "tests/testutil/run_command.h"
+#include "tests/testutil/sqlite_scalar.h"
 
 namespace kvtier::hw {
 namespace {
 
 std::string Kvtier() { return KVTIER_CLI; }  // set by tests/hw/executor.cmake
 
-int RunCmd(const std::string& cmd, std::string* out) {
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  while (p && std::fgets(buf, sizeof buf, p)) *out += buf;
-  const int status = p ? ::pclose(p) : -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-double Scalar(sqlite3* db, const std::string& sql) {
-  sqlite3_stmt* st = nullptr;
-  EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr), SQLITE_OK) << sql;
-  double v = -1;
-  if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_double(st, 0);
-  sqlite3_finalize(st);
-  return v;
-}
+using kvtier::testing::RunCmd;
+using kvtier::testing::Scalar;
 
 // 5 requests of ~8 output tokens (1 warm-up), and an experiment running `systems` on the host
 // backend with `extra` appended. A100 profile: the decode steps take milliseconds.
