@@ -23,45 +23,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
-k="$root/${KVTIER_BUILD_DIR:-build}/cli/kvtier"
+# shellcheck source=scripts/lib/campaign.sh
+source "$root/scripts/lib/campaign.sh"
 per_kind="${1:-2}"
 RANDOM="${2:-1}"
 systems="${3:-as,as_h2o_lfu,spec,cake,spec_cake}"
-[[ -x "$k" ]] || { echo "fault_campaign: no $k; build first" >&2; exit 2; }
-command -v sqlite3 >/dev/null || { echo "fault_campaign: needs the sqlite3 shell" >&2; exit 2; }
-work="$(mktemp -d "${TMPDIR:-/tmp}/kvtier-fault.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
+campaign_setup fault_campaign
 export KVTIER_CONFIG_DIR="$root/configs"
-failures=0
 declare -A runs fired failed_runs clean notreached unread
 
-fail() { echo "  FAIL: $*"; failures=$((failures + 1)); }
-q() { sqlite3 "$1" "$2"; }
 metric() { q "$1" "SELECT COALESCE((SELECT CAST(value AS INTEGER) FROM metrics WHERE name = '$2'), -1)"; }
 
-"$k" trace gen -o "$work/t.kvt" --requests 8 --prompts 2 --tasks 1 --examples_min 1 \
-  --examples_max 2 --example_tokens 200 --example_tokens_sd 20 --rate 50 \
-  --model-name smollm2-135m --model-layers 30 --model-heads 9 --model-kv-heads 3 --vocab 49152 \
-  --calibration_tokens 256 --quiet
+hw_trace "$work/t.kvt" 8
 experiment() {  # experiment FILE SYSTEM EXTRA_HW_LINES
-  cat >"$1" <<INI
-[include]
-model = smollm2-135m
-hardware = a100-pcie4-nvme
-system = $2
-[experiment]
-name = fault-campaign
-[workload]
-trace = $work/t.kvt
-[cache]
-gpu_capacity = 1MiB
-cpu_capacity = 1MiB
-[hw]
-backend = host
-max_memory = 256MiB
-store_capacity = 64MiB
-$3
-INI
+  hw_experiment "$1" fault-campaign "$2" "$work/t.kvt" 1MiB 1MiB "$3"
 }
 
 # The class a kind's events are counted in, the op its failure names, and the error text.

@@ -23,19 +23,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
-k="$root/${KVTIER_BUILD_DIR:-build}/cli/kvtier"
+# shellcheck source=scripts/lib/campaign.sh
+source "$root/scripts/lib/campaign.sh"
 kills="${1:-6}"
 RANDOM="${2:-1}"
-[[ -x "$k" ]] || { echo "kill_campaign: no $k; build first" >&2; exit 2; }
-command -v sqlite3 >/dev/null || { echo "kill_campaign: needs the sqlite3 shell" >&2; exit 2; }
-work="$(mktemp -d "${TMPDIR:-/tmp}/kvtier-kill.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
+campaign_setup kill_campaign
 export KVTIER_CONFIG_DIR="$root/configs" KVTIER_SELECTION_MEMO="$work/selections"
-failures=0 total=0 hits=0
+total=0 hits=0
 declare -A killed_runs finished_runs
-
-fail() { echo "  FAIL: $*"; failures=$((failures + 1)); }
-q() { sqlite3 "$1" "$2"; }
 
 # Waits up to 10 s until no process has `$1` on its command line.
 survivors() {
@@ -131,27 +126,8 @@ model="${KVTIER_MODEL:-$HOME/.cache/kvtier/models/SmolLM2-135M-Instruct.Q4_1.ggu
 record_cmd=("$k" trace record --model "$model" --dataset copa --prompts 2 --queries 1
             --max-prefix-tokens 512)
 hw_requests=200
-"$k" trace gen -o "$work/hw.kvt" --requests "$hw_requests" --prompts 2 --tasks 1 --examples_min 1 \
-  --examples_max 2 --example_tokens 200 --example_tokens_sd 20 --rate 50 \
-  --model-name smollm2-135m --model-layers 30 --model-heads 9 --model-kv-heads 3 --vocab 49152 \
-  --calibration_tokens 256 --quiet
-cat >"$work/hw.ini" <<INI
-[include]
-model = smollm2-135m
-hardware = a100-pcie4-nvme
-system = as
-[experiment]
-name = kill-hw
-[workload]
-trace = $work/hw.kvt
-[cache]
-gpu_capacity = 4MiB
-cpu_capacity = 16MiB
-[hw]
-backend = host
-max_memory = 256MiB
-store_capacity = 64MiB
-INI
+hw_trace "$work/hw.kvt" "$hw_requests"
+hw_experiment "$work/hw.ini" kill-hw as "$work/hw.kvt" 4MiB 16MiB
 hw_cmd=("$k" hw --config "$work/hw.ini" --quiet)
 eval_cmd=("$k" eval --model "$model" --tasks copa --items 3 --retentions 0.5 --alphas 0.6
           --threads 1)
