@@ -7,3 +7,5 @@ add_library(kvtier_cost STATIC
 )
 target_include_directories(kvtier_cost PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(kvtier_cost PUBLIC kvtier_core)
+# Simulated durations: bit-identical in every build type (see core/CMakeLists.txt).
+target_compile_options(kvtier_cost PRIVATE -ffp-contract=off)
