@@ -129,7 +129,9 @@ TEST_P(IoEngineTest, SubmitBatchReadsEveryRequestInOneSubmission) {
     ++ok;
   }
   EXPECT_EQ(ok, 8);
-  if (GetParam() == B::kIoUring) EXPECT_EQ(engine->stats().submit_calls, 1u);
+  if (GetParam() == B::kIoUring) {
+    EXPECT_EQ(engine->stats().submit_calls, 1u);
+  }
 }
 
 TEST_P(IoEngineTest, ShortReadPastEndOfFileNamesTheChunk) {
