@@ -86,6 +86,11 @@ enum class Purpose : std::uint8_t {
   kDecodeOffload,
 };
 std::string_view PurposeName(Purpose purpose);  // "probe", "demand", ...
+// Background SSD traffic (stores, repacks): what both executors hold to ssd.background_share of
+// the device -- the simulator as a capped link, hw by pacing its writes.
+inline bool IsBackground(Purpose purpose) {
+  return purpose == Purpose::kStore || purpose == Purpose::kReorder;
+}
 
 // How an H2D or D2H crosses PCIe (transfer.strategy, core/transfer_strategy.h).
 enum class CopyMethod : std::uint8_t {

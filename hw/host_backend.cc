@@ -137,8 +137,8 @@ class HostBackend : public DeviceBackend {
       const std::int64_t d_ns = std::int64_t(options_.timer->OpSeconds(op) * 1e9);
       const std::int64_t launch_ns = std::min<std::int64_t>(
           d_ns, std::int64_t(options_.hardware.gpu_kernel_overhead * 1e9));
-      const std::int64_t ready_ns = start_ns - std::max<std::int64_t>(
-          0, std::int64_t((when->start_s - ready_s) * 1e9));
+      const std::int64_t ready_ns =
+          std::min(start_ns, clock_->t0_ns() + std::int64_t(ready_s * 1e9));
       const double share = options_.hardware.gpu_gather_sm_share;
       const std::int64_t base_end_ns = std::max(ready_ns + d_ns, start_ns + d_ns - launch_ns);
       std::int64_t end_ns = base_end_ns;

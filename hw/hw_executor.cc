@@ -595,7 +595,8 @@ struct HwExecutor::Impl {
   // ---- SSD writes ----
 
   void RunWrite(const OpPtr& op) {
-    const Seconds start = Now();
+    const std::int64_t start_ns = MonotonicNowNs();
+    const Seconds start = clock.ToSeconds(start_ns);
     Status status;
     Bytes written = 0;
     std::uint64_t chunks = 0;
@@ -604,9 +605,8 @@ struct HwExecutor::Impl {
     // Stores and repacks are background traffic: paced to ssd.background_share of the
     // profile's ssd.write_bw, as the simulator caps them (each put ends no earlier than the
     // bytes so far take at that rate). Pacing only slows a write down.
-    const bool background = op->t.purpose == Purpose::kStore || op->t.purpose == Purpose::kReorder;
+    const bool background = IsBackground(op->t.purpose);
     const double pace_bw = hardware.ssd_write_bw * hardware.ssd_background_share;
-    const std::int64_t start_ns = clock.t0_ns() + std::int64_t(start * 1e9);
     auto put = [&](ChunkId id, Bytes len) {
       if (fill_buf.size() < len) fill_buf.resize(len);
       FillChunkContent(id, len, fill_buf.data());

@@ -541,7 +541,7 @@ OpId SimExecutor::Submit(TransferOp op, std::span<const OpId> after) {
   Impl::Op rec;
   rec.is_transfer = true;
   rec.kind = op.kind;
-  rec.background = op.purpose == Purpose::kStore || op.purpose == Purpose::kReorder;
+  rec.background = IsBackground(op.purpose);
   rec.queued = op.kind == TransferKind::kSsdWrite && hw.ssd_write_lanes > 0;
   const double ios = std::max<double>(1, op.ios);
   double bw = 1, latency = 0, payload = double(op.bytes);

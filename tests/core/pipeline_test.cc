@@ -15,29 +15,16 @@
 #include "core/request_run.h"
 #include "tests/testutil/fake_executor.h"
 #include "tests/testutil/scripted_scores.h"
+#include "tests/testutil/tiny_model.h"
 
 namespace kvtier {
 namespace {
 
+using testing::Agreeing;  // every head ranks tokens the same way: ITF passes
 using testing::FakeExecutor;
 using testing::FakeExecutorOptions;
 using testing::ScriptedScores;
-
-ModelSpec TinyModel(int layers) {
-  ModelSpec m;
-  m.name = "tiny";
-  m.family = ModelFamily::kLlama;
-  m.layers = layers;
-  m.hidden = 16;
-  m.heads = 4;
-  m.kv_heads = 4;
-  m.head_dim = 4;
-  m.ffn = 32;
-  m.vocab = 100;
-  m.dtype_bytes = 2;
-  m.max_context = 4096;
-  return m;  // K (or V) of one token in one layer: 4 heads * 4 * 2 = 32 B
-}
+using testing::TinyModel;  // K (or V) of one token in one layer: 4 heads * 4 * 2 = 32 B
 
 SystemOptions System(const std::string& name) {
   SystemOptions s;
@@ -74,10 +61,6 @@ Request MakeRequest(RequestId id, std::int64_t prefix_tokens, std::int64_t query
   return r;
 }
 
-// Every head ranks tokens the same way (agreeing probes -> ITF passes).
-float Agreeing(const Request&, int layer, int head, std::int64_t t) {
-  return float((t * 7 + layer) % 13);
-}
 // The first tokens matter most, identically in every head and layer.
 float Stable(const Request&, int, int, std::int64_t t) { return float(1000 - t); }
 // Each head prefers a different quarter of the prefix (disagreeing probes -> fallback).
