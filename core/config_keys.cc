@@ -58,6 +58,10 @@ constexpr KeySpec kKeys[] = {
      "max-min fairly (sim)"},
     {"cpu.memcpy_bw", K::kBandwidth, "10GB/s", nullptr, "host memcpy bandwidth, bytes/s"},
     {"cpu.gather_bw", K::kBandwidth, "8GB/s", nullptr, "bandwidth of gathering rows out of chunks"},
+    {"cpu.shared_copy_bw", K::kBandwidth, "0", nullptr,
+     "bytes/s that concurrent copies through host memory share (CPU gathers, H2D/D2H; the host "
+     "backend's copies are memcpys); 0 = no shared limit (a GPU server's DRAM is several times "
+     "its PCIe link); kvtier calibrate measures two concurrent copy threads on the host backend"},
     {"cpu.op_overhead", K::kDuration, "0us", nullptr,
      "fixed cost of issuing one transfer op (thread hand-off, submission); kvtier calibrate"},
     {"pcie.h2d_bw", K::kBandwidth, "25GB/s", nullptr, "pinned host-to-device bandwidth"},

@@ -28,6 +28,11 @@ struct HardwareOptions {
   int ssd_write_lanes = 1;
   double cpu_memcpy_bw = 10e9;
   double cpu_gather_bw = 8e9;
+  // Bytes/s that concurrent copies through host memory share: CPU gathers and H2D/D2H copies
+  // (the host backend's are memcpys). 0: no shared limit -- a GPU server's DRAM bandwidth is
+  // several times its PCIe link, so its copies do not meet there. kvtier calibrate measures it
+  // on the host backend (two concurrent copy threads), where one thread nearly saturates it.
+  double cpu_shared_copy_bw = 0;
   Seconds cpu_op_overhead = 0;     // per transfer op, before it starts (not per I/O)
   double pcie_h2d_bw = 25e9;
   double pcie_d2h_bw = 25e9;

@@ -391,6 +391,17 @@ Status Calibrate(const CalibrateOptions& options, CalibrateResult* out) {
   Progress(options, "memory: cold block copies");
   const std::uint64_t copy_total = q ? (256ull << 20) : (2048ull << 20);
   r.memcpy_bw = CopyBw(b->base(), a->base(), arena, block, copy_total);
+  {
+    // Two copy threads at once, each over its own half of both arenas: what concurrent copies
+    // through host memory (a CPU gather beside the host backend's memcpy H2D) get together.
+    Progress(options, "memory: two concurrent copy threads");
+    const std::uint64_t half = arena / 2 / block * block;
+    const std::int64_t t0 = MonotonicNowNs();
+    std::thread other([&] { CopyBw(b->base() + half, a->base() + half, half, block, copy_total / 2); });
+    CopyBw(b->base(), a->base(), half, block, copy_total / 2);
+    other.join();
+    r.shared_copy_bw = double(copy_total / 2 / block * block * 2) / Seconds(t0, MonotonicNowNs());
+  }
 
   // --- The copy curve (host backend: memcpy per piece into the "device" arena).
   {
@@ -576,6 +587,7 @@ Status Calibrate(const CalibrateOptions& options, CalibrateResult* out) {
     // instead (hw/calibrate_cuda.cc); the SSD, CPU gather and hand-off values above stay.
     Progress(options, "cuda: the device's copies, batched copies, gather kernel and GEMM");
     KVTIER_RETURN_IF_ERROR(CalibrateCuda(options, &r));
+    r.shared_copy_bw = 0;  // DMA is not a CPU copy; the device's copies do not meet gathers
   }
   r.seconds = Seconds(start, MonotonicNowNs());
   r.load_after = LoadAverage();
@@ -618,6 +630,9 @@ std::string ProfileIni(const CalibrateOptions& o, const CalibrateResult& r) {
   src += "; cpu.gather_bw/gather_run_cost: fit seconds = runs x run_cost + bytes / bw over " +
          std::to_string(r.gathers.size()) + " gathers, " + r.gather_method;
   src += "; gpu.gather_bw/gather_sm_share: " + r.device_gather_method;
+  if (r.shared_copy_bw > 0) {
+    src += "; cpu.shared_copy_bw: two threads copying cold blocks at once, bytes both copied / wall time";
+  }
   src += "; cpu.op_overhead: median time between the ops of read -> h2d -> compute chains through the executor; gpu.kernel_overhead: median worker-thread hand-off";
   s += "[hardware]\nname = " + name + "\nsource = " + src + "\n\n";
   s += "[ssd]\nread_bw = " + Fmt("%.4fGB/s", r.ssd_read_bw / 1e9) + "\nwrite_bw = " +
@@ -628,7 +643,9 @@ std::string ProfileIni(const CalibrateOptions& o, const CalibrateResult& r) {
   s += "[cpu]\nmemcpy_bw = " + Fmt("%.4fGB/s", r.memcpy_bw / 1e9) + "\ngather_bw = " +
        Fmt("%.4fGB/s", r.gather_bw / 1e9) + "\ngather_run_cost = " +
        Fmt("%.4fus", r.gather_run_cost_s * 1e6) + "\nop_overhead = " +
-       Fmt("%.3fus", r.op_overhead_s * 1e6) + "\n\n";
+       Fmt("%.3fus", r.op_overhead_s * 1e6) + "\n";
+  if (r.shared_copy_bw > 0) s += "shared_copy_bw = " + Fmt("%.4fGB/s", r.shared_copy_bw / 1e9) + "\n";
+  s += "\n";
   s += "[pcie]\nh2d_bw = " + Fmt("%.4fGB/s", r.h2d_bw / 1e9) + "\nd2h_bw = " +
        Fmt("%.4fGB/s", r.d2h_bw / 1e9) + "\nlatency = " + Fmt("%.4fus", r.pcie_latency_s * 1e6) +
        "\nbatch_latency = " + Fmt("%.4fus", r.batch_latency_s * 1e6) +

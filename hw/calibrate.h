@@ -12,6 +12,11 @@
 //                    the same engine: measured vs that formula's prediction (ssd_units)
 //   ssd.write_bw     chunk-sized ChunkStore::Put records (O_DIRECT, sync off, as kvtier hw)
 //   cpu.memcpy_bw    cold block copies cycling through two arenas (never one hot buffer)
+//   cpu.shared_copy_bw
+//                    host backend: two threads doing those copies at once, each over its own
+//                    half of the arenas; bytes both copied / wall time (what concurrent
+//                    gathers and the backend's memcpy "DMA" share). With a CUDA device: not
+//                    written (0: DMA is not a CPU copy; DRAM is taken not to bind)
 //   cpu.gather_bw, cpu.gather_run_cost
 //                    gathers of k in {1..64} rows of 64-row chunks (rows spread: k runs; or
 //                    adjacent: 1 run), row sizes 256 B - 20 KiB, one memcpy per run as the hw
@@ -101,6 +106,7 @@ struct CalibrateResult {
   bool direct_io = true;
   double ssd_read_bw = 0, ssd_latency_s = 0, ssd_qd1_bw = 0, ssd_write_bw = 0;
   double memcpy_bw = 0, gather_bw = 0;
+  double shared_copy_bw = 0;  // cpu.shared_copy_bw (0: not written)
   double h2d_bw = 0, d2h_bw = 0, pcie_latency_s = 0;
   double gemm_flops = 0, mem_bw = 0, kernel_overhead_s = 0;
   double op_overhead_s = 0;  // cpu.op_overhead

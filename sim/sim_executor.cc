@@ -28,6 +28,9 @@ struct SimExecutor::Impl {
   std::unique_ptr<sg4::Engine> engine;
   sg4::Host* ssd = nullptr;
   sg4::Host* ssd_bg = nullptr;  // endpoint of rate-limited background SSD traffic
+  // cpu.shared_copy_bw > 0: CPU gathers are comms cpu -> gather_sink over a link of
+  // cpu.gather_bw, so that they and the H2D/D2H copies share one host-memory link.
+  sg4::Host* gather_sink = nullptr;
   sg4::Host* cpu = nullptr;
   sg4::Host* gpu = nullptr;
   sg4::Host* dispatch = nullptr;  // runs per-op overhead delays; never a bottleneck
@@ -183,8 +186,22 @@ void SimExecutor::Impl::BuildPlatform() {
                   {sg4::LinkInRoute(bg_write), sg4::LinkInRoute(ssd_write),
                    sg4::LinkInRoute(ssd_rw)},
                   false);
-  zone->add_route(cpu->get_netpoint(), gpu->get_netpoint(), nullptr, nullptr,
-                  {{pcie, sg4::LinkInRoute::Direction::UP}}, true);
+  if (hw.cpu_shared_copy_bw > 0) {
+    // Copies through host memory share its bandwidth: CPU gathers and both PCIe directions
+    // cross one `host_mem` link (max-min fair, like every other resource here). On the host
+    // backend the PCIe copies are memcpys too, and one copy thread nearly saturates the
+    // memory (kvtier calibrate: two threads together copy ~1.1x what one does on this VM).
+    auto* host_mem = zone->create_link("host_mem", hw.cpu_shared_copy_bw);
+    auto* gather = zone->create_link("cpu_gather", hw.cpu_gather_bw);
+    gather_sink = zone->create_host("gather_sink", 1.0);
+    zone->add_route(cpu->get_netpoint(), gather_sink->get_netpoint(), nullptr, nullptr,
+                    {sg4::LinkInRoute(gather), sg4::LinkInRoute(host_mem)}, false);
+    zone->add_route(cpu->get_netpoint(), gpu->get_netpoint(), nullptr, nullptr,
+                    {{pcie, sg4::LinkInRoute::Direction::UP}, sg4::LinkInRoute(host_mem)}, true);
+  } else {
+    zone->add_route(cpu->get_netpoint(), gpu->get_netpoint(), nullptr, nullptr,
+                    {{pcie, sg4::LinkInRoute::Direction::UP}}, true);
+  }
   zone->seal();
 }
 
@@ -227,7 +244,7 @@ void SimExecutor::Impl::StartActivity(OpId id) {
   // stamps it when its lane starts the copy (so stage busy times mean the same in both).
   op.start_s = sg4::Engine::get_clock();
   sg4::ActivityPtr act;
-  if (op.is_transfer && op.kind != TransferKind::kCpuGather) {
+  if (op.is_transfer && (op.kind != TransferKind::kCpuGather || gather_sink != nullptr)) {
     sg4::Host* from = cpu;
     sg4::Host* to = gpu;
     switch (op.kind) {
@@ -235,7 +252,7 @@ void SimExecutor::Impl::StartActivity(OpId id) {
       case TransferKind::kSsdWrite: from = cpu, to = op.background ? ssd_bg : ssd; break;
       case TransferKind::kH2D: from = cpu, to = gpu; break;
       case TransferKind::kD2H: from = gpu, to = cpu; break;
-      case TransferKind::kCpuGather: break;
+      case TransferKind::kCpuGather: to = gather_sink; break;  // shared host memory
     }
     if (op.device_gather) GatherStarted();
     sg4::CommPtr comm = sg4::Comm::sendto_init(from, to);  // notes P2: keep the Ptr
@@ -575,7 +592,8 @@ OpId SimExecutor::Submit(TransferOp op, std::span<const OpId> after) {
       }
       break;
     case TransferKind::kCpuGather:
-      // flops = bytes on the `cpu` host: bytes / cpu.gather_bw + one memcpy per run.
+      // bytes / cpu.gather_bw + one memcpy per run: flops on the `cpu` host, or with
+      // cpu.shared_copy_bw a comm over the cpu_gather link (and the shared host_mem link).
       bw = hw.cpu_gather_bw;
       latency = double(op.ios) * hw.cpu_gather_run_cost;
       break;

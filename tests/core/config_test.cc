@@ -344,6 +344,16 @@ TEST_F(ConfigTest, WriteLanesIsOneByDefaultZeroForNoLimitOrPositive) {
       << msg;
 }
 
+TEST_F(ConfigTest, SharedCopyBwIsOffByDefaultAndNeverNegative) {
+  EXPECT_EQ(BuildOptions(Config::Load(Experiment(""), {})).hardware.cpu_shared_copy_bw, 0.0);
+  EXPECT_DOUBLE_EQ(BuildOptions(Config::Load(Experiment(""), {"cpu.shared_copy_bw=9.5GB/s"}))
+                       .hardware.cpu_shared_copy_bw,
+                   9.5e9);
+  const std::string msg =
+      ErrorOf([&] { BuildOptions(Config::Load(Experiment(""), {"cpu.shared_copy_bw=-1GB/s"})); });
+  EXPECT_NE(msg.find("cpu.shared_copy_bw"), std::string::npos) << msg;
+}
+
 TEST_F(ConfigTest, ZeroHwMaxMemoryIsRejectedByTheCheck) {
   for (const std::string key : {"hw.max_memory", "hw.ring", "hw.store_capacity"}) {
     const std::string msg =

@@ -199,6 +199,61 @@ TEST(SimExecutorGolden, TwoWriteLanesShareBetweenTheFirstTwo) {
   EXPECT_NEAR(r.end_s, 1.0, 1e-9);
 }
 
+// cpu.shared_copy_bw: a gather, an H2D and a D2H started together share one 10 GB/s host-memory
+// link max-min fairly (each below its own link's cap): 10/3 GB/s each until the 5 MB D2H ends
+// at 1.5 ms; then the gather (3 MB left) and the H2D (5 MB left) 5 GB/s each, the gather ending
+// at 1.5 + 0.6 = 2.1 ms; the H2D's last 2 MB alone at min(25, 10) GB/s: 2.3 ms (23 MB / 10 GB/s).
+TEST(SimExecutorGolden, SharedCopyBandwidthIsSharedByGathersAndBothPcieDirections) {
+  HardwareOptions hw = Hw();
+  hw.cpu_shared_copy_bw = 10e9;
+  SimExecutor ex(Model(), hw);
+  OpTimes g, h, d;
+  ex.Run([&] {
+    OpId a = ex.Submit(Xfer(TransferKind::kCpuGather, 8000000), {});
+    OpId b = ex.Submit(Xfer(TransferKind::kH2D, 10000000), {});
+    OpId c = ex.Submit(Xfer(TransferKind::kD2H, 5000000), {});
+    ex.Wait(a), ex.Wait(b), ex.Wait(c);
+    g = ex.Retire(a), h = ex.Retire(b), d = ex.Retire(c);
+  });
+  EXPECT_NEAR(d.end_s, 1.5e-3, 1e-9);
+  EXPECT_NEAR(g.end_s, 2.1e-3, 1e-9);
+  EXPECT_NEAR(h.end_s, 2.3e-3, 1e-9);
+}
+
+// Alone, an op runs at the lower of its own rate and the shared one; together a gather and an
+// H2D share it (5 GB/s each until the gather's 8 MB end at 1.6 ms, then the H2D's last 2 MB at
+// 10 GB/s: 1.8 ms); with the default 0 they do not slow each other (10 MB at 25 GB/s). One
+// simulation per process: SimGrid's engine is a singleton.
+void GatherThenGatherWithH2d(double shared, OpTimes* alone, OpTimes* h2d) {
+  HardwareOptions hw = Hw();
+  hw.cpu_shared_copy_bw = shared;
+  SimExecutor ex(Model(), hw);
+  ex.Run([&] {
+    OpId a = ex.Submit(Xfer(TransferKind::kCpuGather, 8000000), {});
+    ASSERT_TRUE(ex.Wait(a).ok());
+    *alone = ex.Retire(a);
+    OpId b = ex.Submit(Xfer(TransferKind::kH2D, 10000000), {});
+    OpId c = ex.Submit(Xfer(TransferKind::kCpuGather, 8000000), {});
+    ex.Wait(b), ex.Wait(c);
+    *h2d = ex.Retire(b);
+    ex.Retire(c);
+  });
+}
+
+TEST(SimExecutorGolden, SharedCopyBandwidthCapsAnOpAloneAndSharesTwo) {
+  OpTimes g, h;
+  GatherThenGatherWithH2d(10e9, &g, &h);
+  EXPECT_NEAR(g.end_s - g.start_s, 1e-3, 1e-9) << "8 MB at min(8, 10) GB/s";
+  EXPECT_NEAR(h.end_s - h.start_s, 1.8e-3, 1e-9);
+}
+
+TEST(SimExecutorGolden, SharedCopyBandwidthIsOffByDefault) {
+  OpTimes g, h;
+  GatherThenGatherWithH2d(0, &g, &h);
+  EXPECT_NEAR(g.end_s - g.start_s, 1e-3, 1e-9);
+  EXPECT_NEAR(h.end_s - h.start_s, 0.4e-3, 1e-9);
+}
+
 TEST(SimExecutorGolden, OpOverheadDelaysEveryTransferOnce) {
   HardwareOptions hw = Hw();
   hw.cpu_op_overhead = 50e-6;
