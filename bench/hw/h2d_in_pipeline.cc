@@ -72,7 +72,7 @@ TransferOp Op(TransferKind kind, Bytes chunk, int first, int layer) {
   op.kind = kind;
   op.purpose = Purpose::kDemand;
   op.layer = layer;
-  for (int i = 0; i < kChunksPerLayer; ++i) op.chunks.push_back({Id(first + i), chunk, {}});
+  for (int i = 0; i < kChunksPerLayer; ++i) op.chunks.push_back({Id(first + i), chunk, {}, {}});
   op.bytes = chunk * kChunksPerLayer;
   op.ios = kChunksPerLayer;
   return op;
@@ -104,7 +104,7 @@ std::vector<double> Rows(HwExecutor* ex, const ModelSpec& m, int ops) {
     op.layer = i % kLayers;
     const int first = (i % (kLayers / 2)) * 2 * kChunksPerLayer;
     for (int c = 0; c < 2 * kChunksPerLayer; ++c) {
-      ChunkIo io{Id(first + c), 0, {}};
+      ChunkIo io{Id(first + c), 0, {}, {}};
       for (std::uint16_t r = 0; r < 64; r += 2) io.rows.push_back(r);
       io.bytes = io.rows.size() * m.KBytesPerTokenLayer();
       op.bytes += io.bytes;

@@ -68,7 +68,7 @@ TransferOp Read(Bytes chunk, std::vector<int> ids) {
   op.kind = TransferKind::kSsdRead;
   op.purpose = Purpose::kDemand;
   op.layer = 0;
-  for (int i : ids) op.chunks.push_back({Id(i), chunk, {}});
+  for (int i : ids) op.chunks.push_back({Id(i), chunk, {}, {}});
   op.bytes = chunk * ids.size();
   op.ios = std::uint32_t(ids.size());
   return op;
@@ -111,7 +111,7 @@ bool ChainGather(HwExecutor* ex, const ModelSpec& m, Bytes chunk, int i, Gaps* g
   gather.layer = 0;
   const Bytes row = m.KBytesPerTokenLayer();
   for (int id : ids) {
-    ChunkIo c{Id(id), 0, {}};
+    ChunkIo c{Id(id), 0, {}, {}};
     for (std::uint16_t r = 0; r < 64; r += 2) c.rows.push_back(r);
     c.bytes = row * c.rows.size();
     gather.bytes += c.bytes;
