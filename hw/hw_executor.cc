@@ -941,6 +941,23 @@ struct HwExecutor::Impl {
     Complete(op, status, when.start_s, when.end_s);
   }
 
+  // ---- the driving thread (HwExecutorStats::driver_*) ----
+  std::int64_t driver_awake_since_ns = 0;  // 0: asleep, or not yet seen
+  void DriverSleeps() {
+    if (driver_awake_since_ns == 0) return;
+    const std::int64_t now = MonotonicNowNs();
+    std::lock_guard<std::mutex> l(stats_mu);
+    st.driver_awake_s += double(now - driver_awake_since_ns) * 1e-9;
+    driver_awake_since_ns = 0;
+  }
+  void DriverWakes(bool blocked, Seconds op_end) {
+    driver_awake_since_ns = MonotonicNowNs();
+    if (!blocked) return;
+    std::lock_guard<std::mutex> l(stats_mu);
+    ++st.driver_blocked_waits;
+    st.driver_wake_s += std::max(0.0, clock.ToSeconds(driver_awake_since_ns) - op_end);
+  }
+
   // ---- compute ----
 
   void RunCompute(const OpPtr& op, Seconds ready) {
@@ -1177,18 +1194,26 @@ OpId HwExecutor::Submit(ComputeOp op, std::span<const OpId> after) {
 
 Status HwExecutor::Wait(OpId op) {
   Impl& m = *impl_;
+  m.DriverSleeps();
   std::unique_lock<std::mutex> l(m.mu);
   m.graph.At(op).payload->waited = true;
+  const bool blocked = !m.graph.Done(op);
   m.cv.wait(l, [&] { return m.graph.Done(op); });
-  return m.graph.At(op).status;
+  const Seconds end = m.graph.At(op).payload->times.end_s;
+  Status status = m.graph.At(op).status;
+  l.unlock();
+  m.DriverWakes(blocked, end);
+  return status;
 }
 
 std::size_t HwExecutor::WaitAny(std::span<const OpId> ops) {
   Impl& m = *impl_;
   KVTIER_CHECK(!ops.empty(), "HwExecutor: WaitAny on nothing");
+  m.DriverSleeps();
   std::unique_lock<std::mutex> l(m.mu);
   for (OpId id : ops) m.graph.At(id).payload->waited = true;
   std::size_t found = ops.size();
+  bool blocked = false;
   m.cv.wait(l, [&] {
     for (std::size_t i = 0; i < ops.size(); ++i) {
       if (m.graph.Done(ops[i])) {
@@ -1196,8 +1221,12 @@ std::size_t HwExecutor::WaitAny(std::span<const OpId> ops) {
         return true;
       }
     }
+    blocked = true;
     return false;
   });
+  const Seconds end = m.graph.At(ops[found]).payload->times.end_s;
+  l.unlock();
+  m.DriverWakes(blocked, end);
   return found;
 }
 
@@ -1286,7 +1315,9 @@ Status HwExecutor::Prepopulate(ChunkId id, Bytes bytes, bool fill_tiers) {
 
 void HwExecutor::IdleUntil(Seconds t) {
   PreciseTimers();
+  impl_->DriverSleeps();
   SleepUntilNs(impl_->clock.t0_ns() + std::int64_t(t * 1e9));
+  impl_->DriverWakes(false, 0);
 }
 
 void HwExecutor::Drain() {

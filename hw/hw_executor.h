@@ -146,6 +146,13 @@ struct HwExecutorStats {
   std::uint64_t source_standins = 0;
   std::uint64_t compute_ops = 0;
   double compute_busy_s = 0;
+  // The driving thread (the one calling Wait, WaitAny and IdleUntil): time between returning
+  // from one of them and entering the next (planning, submitting, logging: work the simulator
+  // charges no time for), the waits that blocked, and for those the time from the op's end to
+  // the thread running again (its wake-up).
+  double driver_awake_s = 0;
+  std::uint64_t driver_blocked_waits = 0;
+  double driver_wake_s = 0;
   // Decode: offloads that wrapped past the end of the decode home (hw/decode_home.h).
   std::uint64_t decode_home_wraps = 0;
 };

@@ -258,6 +258,9 @@ class HwBackend : public ExperimentBackend {
     log.LogMetric("hw.staged_misses", double(xs.staged_misses));
     log.LogMetric("hw.source_standins", double(xs.source_standins));
     log.LogMetric("hw.compute_busy_s", xs.compute_busy_s);
+    log.LogMetric("hw.driver_awake_s", xs.driver_awake_s);
+    log.LogMetric("hw.driver_blocked_waits", double(xs.driver_blocked_waits));
+    log.LogMetric("hw.driver_wake_s", xs.driver_wake_s);
     if (opts_.system.decode.on()) {
       log.LogMetric("hw.decode_home_tokens", double(xo_.decode_home_tokens));
       log.LogMetric("hw.decode_home_wraps", double(xs.decode_home_wraps));

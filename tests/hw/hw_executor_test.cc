@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <mutex>
 #include <numeric>
 #include <thread>
@@ -338,6 +339,43 @@ TEST(HwExecutor, StoresArePacedToTheBackgroundShare) {
   EXPECT_GE(t.end_s - t.start_s, 0.25 - 1e-3);
   EXPECT_EQ(ex->stats().chunks_written, 64u);
   EXPECT_EQ(ex->stats().bytes_written, 64u * 128);
+}
+
+// The driving thread's own time (between returning from a wait and entering the next) and
+// its wake-ups after waits that blocked are counted: two paced stores of 62.5 ms each (8 KiB at
+// 128 KiB/s) waited for, 30 ms of "planning" between them, and a wait on an op already done
+// (not blocked).
+TEST(HwExecutor, DriverTimeBetweenWaitsAndItsWakeUpsAreCounted) {
+  ScratchDir dir;
+  std::unique_ptr<HwExecutor> ex;
+  HardwareOptions hw;
+  hw.ssd_write_bw = 128 << 10;
+  hw.ssd_background_share = 1;
+  ASSERT_TRUE(HwExecutor::Create(TinyModel(), hw, Options(dir.path(), System("as", 0, 0)), &ex).ok());
+  auto store = [&](std::uint32_t segment) {
+    TransferOp w;
+    w.kind = TransferKind::kSsdWrite;
+    w.purpose = Purpose::kStore;
+    for (std::uint32_t c = 0; c < 64; ++c) {
+      w.chunks.push_back({ChunkId::Make(segment, KvKind::kValue, 0, c), 128, {}, {}});
+      w.bytes += 128;
+    }
+    return ex->Submit(w, {});
+  };
+  const OpId a = store(5);
+  ASSERT_TRUE(ex->Wait(a).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  const OpId b = store(6);
+  ASSERT_TRUE(ex->Wait(b).ok());
+  ASSERT_TRUE(ex->Wait(b).ok());  // done already: not a blocked wait
+  const HwExecutorStats st = ex->stats();
+  EXPECT_EQ(st.driver_blocked_waits, 2u);
+  EXPECT_GE(st.driver_awake_s, 0.030);
+  EXPECT_LT(st.driver_awake_s, 0.060 + 0.5);  // the sleep and two returns, on a loaded machine
+  EXPECT_GE(st.driver_wake_s, 0.0);
+  EXPECT_LT(st.driver_wake_s, 0.5);
+  ex->Retire(a);
+  ex->Retire(b);
 }
 
 // The Executor contract on hardware: a read that fails (a chunk the store lacks) completes
