@@ -158,6 +158,8 @@ void ImportanceAccumulator::AddRequest(std::uint64_t group, std::int64_t n, cons
   const std::int64_t s_k = structure ? RetainedCount(so.retention, n) : 0;
   const ItfOptions itf{probes, so.itf_alpha, so.retention};
   std::vector<std::vector<std::uint64_t>> s_sets, s_one;
+  Kept itf_loads;  // what ITF loads (its itf_* members only)
+  if (structure && probes >= 1) itf_loads.itf_weight.assign(std::size_t(n), 0.0f);
   // Rows fetched: the measured heads, and the probe heads when they are more.
   const int fetched = structure ? std::max(heads_, probes) : heads_;
   std::vector<int> heads(fetched);
@@ -226,6 +228,28 @@ void ImportanceAccumulator::AddRequest(std::uint64_t group, std::int64_t n, cons
             std::span<const float>(buf.data(), std::size_t(probes) * n), probes, n, itf);
         ++itf_layers_;
         itf_fallbacks_ += d.fallback ? 1 : 0;
+        // What the layer loads, and its share of each token as RequestRun::AddKept records it.
+        std::vector<std::uint64_t> loads(std::size_t((n + 63) / 64), 0);
+        if (!d.fallback) {
+          for (std::int32_t t : d.voted) {
+            loads[std::size_t(t) / 64] |= std::uint64_t(1) << (t % 64);
+            itf_loads.itf_weight[std::size_t(t)] += 1.0f;
+          }
+        } else {
+          const float w = 1.0f / float(heads_);
+          for (int h = 0; h < heads_; ++h) {
+            TopKMasks(std::span<const float>(buf.data() + std::size_t(h) * n, std::size_t(n)),
+                      std::span<const std::int64_t>(&s_k, 1), &s_one);
+            for (std::size_t i = 0; i < loads.size(); ++i) {
+              loads[i] |= s_one[0][i];
+              for (std::uint64_t bits = s_one[0][i]; bits != 0; bits &= bits - 1) {
+                itf_loads.itf_weight[i * 64 + std::size_t(std::countr_zero(bits))] += w;
+              }
+            }
+          }
+        }
+        itf_loads.itf_masks.push_back(std::move(loads));
+        itf_loads.itf_fallback.push_back(d.fallback ? 1 : 0);
         s_head_j_sum_[l] += d.similarity;
         s_head_j2_sum_[l] += d.similarity * d.similarity;
         ++s_head_j_n_[l];
@@ -244,11 +268,12 @@ void ImportanceAccumulator::AddRequest(std::uint64_t group, std::int64_t n, cons
     std::swap(prev_layer_masks, layer_masks);
   }
   ++requests_;
-  if (structure) AddStructure(group, n, std::move(s_sets));
+  if (structure) AddStructure(group, n, std::move(s_sets), std::move(itf_loads));
 }
 
 void ImportanceAccumulator::AddStructure(std::uint64_t group, std::int64_t n,
-                                         std::vector<std::vector<std::uint64_t>>&& sets) {
+                                         std::vector<std::vector<std::uint64_t>>&& sets,
+                                         Kept&& itf) {
   const std::int64_t k = RetainedCount(opt_.structure.retention, n);
   ++s_requests_;
   for (int l = 0; l + 1 < layers_; ++l) {
@@ -297,6 +322,9 @@ void ImportanceAccumulator::AddStructure(std::uint64_t group, std::int64_t n,
   }
   if (!it->second.empty() && it->second.front().n != n) return;  // REQUIRES violated: skip
   kept.masks = std::move(sets);
+  kept.itf_masks = std::move(itf.itf_masks);
+  kept.itf_fallback = std::move(itf.itf_fallback);
+  kept.itf_weight = std::move(itf.itf_weight);
   it->second.push_back(std::move(kept));
 }
 
@@ -356,7 +384,8 @@ StructureStats ImportanceAccumulator::StructureResult() const {
   // result does not depend on hash-map iteration order).
   s.chunk_sizes = so.chunk_sizes;
   const std::size_t C = so.chunk_sizes.size();
-  std::vector<double> stored(C, 0), hist(C, 0), own(C, 0);
+  std::vector<double> stored(C, 0), hist(C, 0), own(C, 0), itf_stored(C, 0), itf_hist(C, 0);
+  bool itf_measured = false;
   std::vector<std::uint64_t> keys;
   for (const auto& [g, v] : kept_) keys.push_back(g);
   std::sort(keys.begin(), keys.end());
@@ -394,9 +423,11 @@ StructureStats ImportanceAccumulator::StructureResult() const {
         }
       }
     }
-    std::vector<double> total(static_cast<std::size_t>(n), 0);
+    std::vector<double> total(static_cast<std::size_t>(n), 0), itf_total(total);
     for (const Kept& q : reqs_g) {
       for (std::int64_t t = 0; t < n; ++t) total[t] += q.count[t];
+      if (q.itf_weight.empty()) continue;
+      for (std::int64_t t = 0; t < n; ++t) itf_total[t] += double(q.itf_weight[t]);
     }
     for (const Kept& q : reqs_g) {
       // Focus: d = f - mean f of the others (counts; the scale cancels), centred.
@@ -436,6 +467,26 @@ StructureStats ImportanceAccumulator::StructureResult() const {
           own[c] += double(ChunksTouchedPacked(m, pos_own, chunk));
         }
       }
+      // ITF's loads, packed by the other requests' ITF history (every request of a group has
+      // them or none does: the probe heads are the trace's).
+      if (q.itf_masks.empty()) continue;
+      itf_measured = true;
+      for (std::int64_t t = 0; t < n; ++t) {
+        weight[t] = double(itf_total[t]) - double(q.itf_weight[t]);
+      }
+      PackingOrder(weight, &pos_hist);
+      for (std::size_t c = 0; c < C; ++c) {
+        const int chunk = so.chunk_sizes[c];
+        const double all = double((n + chunk - 1) / chunk);
+        for (std::size_t l = 0; l < q.itf_masks.size(); ++l) {
+          const auto& m = q.itf_masks[l];
+          const double s0 = double(ChunksTouched(m, n, chunk));
+          const double p0 = double(ChunksTouchedPacked(m, pos_hist, chunk));
+          // A fallback layer's keys are every chunk in any layout; its values the union's.
+          itf_stored[c] += q.itf_fallback[l] ? (all + s0) / 2 : s0;
+          itf_hist[c] += q.itf_fallback[l] ? (all + p0) / 2 : p0;
+        }
+      }
     }
   }
   for (std::size_t i = 0; i < s.focus_lags.size(); ++i) {
@@ -447,11 +498,16 @@ StructureStats ImportanceAccumulator::StructureResult() const {
   s.chunks_stored.assign(C, nan);
   s.chunks_history.assign(C, nan);
   s.chunks_own.assign(C, nan);
+  s.chunks_itf_stored.assign(C, nan);
+  s.chunks_itf_history.assign(C, nan);
   if (s.history_requests > 0) {
     for (std::size_t c = 0; c < C; ++c) {
       s.chunks_stored[c] = stored[c] / denom;
       s.chunks_history[c] = hist[c] / denom;
       s.chunks_own[c] = own[c] / denom;
+      if (!itf_measured) continue;
+      s.chunks_itf_stored[c] = itf_stored[c] / denom;
+      s.chunks_itf_history[c] = itf_hist[c] / denom;
     }
   }
   return s;
@@ -517,6 +573,12 @@ double StructureStats::OwnSaving(std::size_t c) const {
     return std::numeric_limits<double>::quiet_NaN();
   }
   return 1.0 - chunks_own[c] / chunks_stored[c];
+}
+double StructureStats::ItfHistorySaving(std::size_t c) const {
+  if (c >= chunks_itf_stored.size() || !(chunks_itf_stored[c] > 0)) {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  return 1.0 - chunks_itf_history[c] / chunks_itf_stored[c];
 }
 double StructureStats::FallbackRate() const {
   return itf_layers ? double(itf_fallbacks) / double(itf_layers)

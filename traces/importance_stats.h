@@ -32,7 +32,17 @@
 //                  at lags 1, 4, 16, 64, 256 (mean over requests with n > lag): how far the
 //                  tokens one query favours over the others extend (a document, or a token);
 //   ITF fallback : share of (request, layer) where core/itf.h SelectItf on the first P KV
-//                  heads (retention r, alpha) falls back, exactly as the Pipeline decides.
+//                  heads (retention r, alpha) falls back, exactly as the Pipeline decides;
+//   packing of ITF's loads : the history packing saving above, measured on what an ITF system
+//                  loads (the sets the reorderer packs online, core/reorderer.h): a layer where
+//                  ITF passes loads its voted set (K and V); a layer where it falls back loads
+//                  every key (every chunk, in any layout) and the values of the union of the
+//                  measured heads' own top-k (H2O), so a chunk there counts as (all + union) / 2.
+//                  The history is the other sampled requests' summed share of layers keeping
+//                  each token, as the Pipeline records it (1 per voted token; 1/H per head's
+//                  token on a fallback layer). This, not the saving of summed-score sets, is
+//                  what reordering an ITF system can deliver: fallback layers gain almost
+//                  nothing (docs/paper-comparison.md, "Reordering that pays").
 // Definitions and the measured real-model values: docs/real-model-observations.md.
 // Not thread-safe.
 
@@ -88,6 +98,9 @@ struct StructureStats {
   std::int64_t history_requests = 0;  // requests with another sampled request of their prefix
   // [chunk size]: mean chunks touched per layer over the history requests.
   std::vector<double> chunks_stored, chunks_history, chunks_own;
+  // [chunk size]: the same for what ITF loads (see above; NaN without probe heads), over the
+  // same requests: K and V chunks per layer / 2.
+  std::vector<double> chunks_itf_stored, chunks_itf_history;
   double itf_alpha = 0;
   int itf_probe_heads = 0;
   std::int64_t itf_layers = 0, itf_fallbacks = 0;
@@ -100,6 +113,7 @@ struct StructureStats {
   // 1 - packed / stored; NaN without history requests.
   double HistorySaving(std::size_t chunk_index) const;
   double OwnSaving(std::size_t chunk_index) const;
+  double ItfHistorySaving(std::size_t chunk_index) const;  // of ITF's loads
   double FallbackRate() const;  // NaN when no layer was measured
   double JaccardAt(int d) const;  // d >= 1; NaN outside the curve
   double PairJaccard(int l, int l2) const { return jaccard_by_pair[std::size_t(l) * layers + l2]; }
@@ -158,9 +172,14 @@ class ImportanceAccumulator {
     std::int64_t n = 0;
     std::vector<std::uint16_t> count;                 // |{l : t in S_l}|
     std::vector<std::vector<std::uint64_t>> masks;    // S_l per layer
+    // What ITF loads per layer (empty without probe heads): the voted set where it passed,
+    // the union of the measured heads' top-k where it fell back (itf_fallback[l] = 1).
+    std::vector<std::vector<std::uint64_t>> itf_masks;
+    std::vector<std::uint8_t> itf_fallback;
+    std::vector<float> itf_weight;  // per token: the Pipeline's kept share, summed over layers
   };
   void AddStructure(std::uint64_t group, std::int64_t n,
-                    std::vector<std::vector<std::uint64_t>>&& layer_sets);
+                    std::vector<std::vector<std::uint64_t>>&& layer_sets, Kept&& itf);
   StructureStats StructureResult() const;
 
   int layers_, heads_, kv_heads_;

@@ -126,6 +126,16 @@ std::string FormatStructureTable(const StructureStats& s) {
                   Pct(s.OwnSaving(c)).c_str());
     o << line;
   }
+  if (!s.chunks_itf_stored.empty() && !std::isnan(s.chunks_itf_stored[0])) {
+    o << "  chunks ITF loads per layer, K and V / 2 (voted sets; on a fallback every key and the"
+         " heads' union)\n     chunk   stored  history  saving(history)\n";
+    for (std::size_t c = 0; c < s.chunk_sizes.size(); ++c) {
+      std::snprintf(line, sizeof line, "    %6d %8s %8s  %15s\n", s.chunk_sizes[c],
+                    Num(s.chunks_itf_stored[c], 2).c_str(),
+                    Num(s.chunks_itf_history[c], 2).c_str(), Pct(s.ItfHistorySaving(c)).c_str());
+      o << line;
+    }
+  }
   o << "  ITF fallback (alpha " << Num(s.itf_alpha, 2) << ", " << s.itf_probe_heads
     << " probe heads) " << Pct(s.FallbackRate()) << " of " << s.itf_layers
     << " layers; probe similarity mean " << Num(s.itf_similarity_mean, 3) << ", sd within a layer "
@@ -157,16 +167,20 @@ std::string FormatStructureJson(const StructureStats& s, const std::string& inde
   o << "],\n"
     << in << "\"packing\": {\"history_requests\": " << s.history_requests << ", \"chunk_tokens\": [";
   for (std::size_t c = 0; c < s.chunk_sizes.size(); ++c) o << (c ? ", " : "") << s.chunk_sizes[c];
-  std::vector<double> hs, os;
+  std::vector<double> hs, os, is;
   for (std::size_t c = 0; c < s.chunk_sizes.size(); ++c) {
     hs.push_back(s.HistorySaving(c));
     os.push_back(s.OwnSaving(c));
+    is.push_back(s.ItfHistorySaving(c));
   }
   o << "],\n" << in << "  \"chunks_stored\": " << JsonArray(s.chunks_stored)
     << ",\n" << in << "  \"chunks_history\": " << JsonArray(s.chunks_history)
     << ",\n" << in << "  \"chunks_own\": " << JsonArray(s.chunks_own)
     << ",\n" << in << "  \"history_saving\": " << JsonArray(hs)
-    << ",\n" << in << "  \"own_saving\": " << JsonArray(os) << "},\n"
+    << ",\n" << in << "  \"own_saving\": " << JsonArray(os)
+    << ",\n" << in << "  \"itf_chunks_stored\": " << JsonArray(s.chunks_itf_stored)
+    << ",\n" << in << "  \"itf_chunks_history\": " << JsonArray(s.chunks_itf_history)
+    << ",\n" << in << "  \"itf_history_saving\": " << JsonArray(is) << "},\n"
     << in << "\"itf\": {\"alpha\": " << Num(s.itf_alpha, 3) << ", \"probe_heads\": "
     << s.itf_probe_heads << ", \"layers\": " << s.itf_layers << ", \"fallbacks\": "
     << s.itf_fallbacks << ", \"fallback_rate\": " << Num(s.FallbackRate())

@@ -161,6 +161,47 @@ TEST(StructureStats, ItfFallbackRateUsesSelectItfOnTheProbeHeads) {
   EXPECT_DOUBLE_EQ(s.itf_similarity_within_var, 0.0);  // each layer is the same every time
 }
 
+TEST(StructureStats, PackingOfWhatItfLoads) {
+  // Two KV heads (both probe heads), 4 layers, two identical requests on one prefix. Even
+  // layers: both heads keep E = {t % 4 == 0} (pass; voted set E). Odd layers: head 0 keeps
+  // [0, 32), head 1 [96, 128) (fallback: every key, the values of U = [0, 32) u [96, 128)).
+  // ITF history per token (the other request's): 2 per even layer's E, 1/2 per head on the
+  // odd layers, so 3 on E n U (16 tokens), 2 on E \ U (16), 1 on U \ E (48), 0 elsewhere: packed
+  // at positions 0-15, 16-31, 32-79, 80-127. Chunks of 16/32/64/128 (of 8/4/2/1):
+  //   pass layer   stored 8/4/2/1 (E is everywhere), packed 2/1/1/1 (positions 0-31);
+  //   fallback     stored U 4/2/2/1, packed U (0-15, 32-79) 4/3/2/1; counted (all + U) / 2:
+  //                stored 6/3/2/1, packed 6/3.5/2/1.
+  // Per layer: stored (8+6)/2 = 7, 3.5, 2, 1; packed (2+6)/2 = 4, 2.25, 1.5, 1.
+  ImportanceAccumulator acc(4, 2, Options());
+  auto scores = [](int layer, std::span<const int> heads, float* out) {
+    for (std::size_t j = 0; j < heads.size(); ++j) {
+      for (std::int64_t t = 0; t < kN; ++t) {
+        const bool kept = layer % 2 == 0 ? t % 4 == 0 : (heads[j] == 0 ? t < 32 : t >= 96);
+        out[j * kN + t] = kept ? 2.0f : 1.0f;
+      }
+    }
+  };
+  acc.AddRequest(7, kN, scores);
+  acc.AddRequest(7, kN, scores);
+  const StructureStats s = *acc.Result().structure;
+  EXPECT_EQ(s.itf_fallbacks, 4);
+  const double stored[] = {7, 3.5, 2, 1}, packed[] = {4, 2.25, 1.5, 1};
+  for (std::size_t c = 0; c < 4; ++c) {
+    EXPECT_DOUBLE_EQ(s.chunks_itf_stored[c], stored[c]) << s.chunk_sizes[c];
+    EXPECT_DOUBLE_EQ(s.chunks_itf_history[c], packed[c]) << s.chunk_sizes[c];
+    EXPECT_DOUBLE_EQ(s.ItfHistorySaving(c), 1 - packed[c] / stored[c]) << s.chunk_sizes[c];
+  }
+  // Without probe heads nothing is measured.
+  ImportanceStatsOptions o = Options();
+  o.structure.itf_probe_heads = 0;
+  ImportanceAccumulator none(4, 2, o);
+  none.AddRequest(7, kN, scores);
+  none.AddRequest(7, kN, scores);
+  const StructureStats n = *none.Result().structure;
+  EXPECT_TRUE(std::isnan(n.ItfHistorySaving(0)));
+  EXPECT_FALSE(std::isnan(n.HistorySaving(0)));
+}
+
 TEST(StructureStats, ShortRequestsAreNotMeasured) {
   ImportanceStatsOptions o = Options();
   o.structure.min_tokens = 200;
