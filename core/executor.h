@@ -232,6 +232,17 @@ class Executor {
   // exactly once, whatever its status. REQUIRES: Done(op).
   virtual OpTimes Retire(OpId op) = 0;
 
+  // Completion notices, for a caller that holds many ops open and must not poll each with Done
+  // (the Pipeline's background stores: thousands behind the SSD's write backlog on a long
+  // trace, each polled once per request). Watch(op): a later TakeDone reports `op` once it
+  // has completed -- once, and exactly when Done(op) would say true then. Returns false when
+  // this executor keeps no notices (the default, and ExecutorWrapper's: a wrapper may change
+  // what Done says); the caller then polls Done. REQUIRES: `op` not retired.
+  virtual bool Watch(OpId op) { return false; }
+  // Appends the watched ops completed by now and not reported before, in no particular order
+  // (ids of ops retired since they completed included: the caller skips what it retired).
+  virtual void TakeDone(std::vector<OpId>* out) {}
+
   // Lets executor time pass until `t` (a request's arrival) while submitted operations
   // proceed; returns at once when Now() >= t already. On return Now() >= t. Operations that
   // complete meanwhile, failed ones included, stay to be retired.

@@ -453,26 +453,73 @@ namespace {
 
 }  // namespace
 
-void Pipeline::RetireBackground(bool wait_all) {
-  std::size_t kept = 0;
-  for (std::size_t i = 0; i < background_.size(); ++i) {
-    // Index, not a reference held across the wait: a request running inside it may append.
-    if (wait_all) executor_->Wait(background_[i].op);  // the status comes with Retire
-    Background& b = background_[i];
-    if (wait_all || executor_->Done(b.op)) {
-      OpTimes t = executor_->Retire(b.op);
-      SettleTransfer(t, &b.record);
-      if (!t.status.ok() && background_error_.ok()) {
-        const TransferRecord& r = b.record;
-        background_error_ =
-            NameFailure(t.status, DescribeTransfer(r.kind, r.purpose, r.request_id, r.layer));
-      }
-      log_->LogTransfer(b.record);
-    } else {
-      background_[kept++] = std::move(b);
-    }
+void Pipeline::AddBackground(OpId op, const TransferRecord& record) {
+  const std::uint64_t number = background_next_++;
+  background_.emplace_hint(background_.end(), number, Background{op, record});
+  if (!background_notices_) return;
+  if (executor_->Watch(op)) {
+    watched_.emplace(op, number);
+  } else {
+    background_notices_ = false;  // an executor keeps notices for every op or for none
+    watched_.clear();
   }
-  background_.resize(kept);
+}
+
+void Pipeline::RetireOne(OpId op, TransferRecord& record) {
+  OpTimes t = executor_->Retire(op);
+  SettleTransfer(t, &record);
+  if (!t.status.ok() && background_error_.ok()) {
+    background_error_ = NameFailure(
+        t.status, DescribeTransfer(record.kind, record.purpose, record.request_id, record.layer));
+  }
+  log_->LogTransfer(record);
+  watched_.erase(op);
+}
+
+void Pipeline::RetireBackground(bool wait_all) {
+  if (wait_all) {
+    // Each in order, waited for. By number, not an iterator held across the wait: a request
+    // running inside it may hand over more.
+    for (std::uint64_t next = 0;;) {
+      auto it = background_.lower_bound(next);
+      if (it == background_.end()) break;
+      const std::uint64_t number = it->first;
+      next = number + 1;
+      executor_->Wait(it->second.op);  // the status comes with Retire
+      it = background_.find(number);
+      if (it == background_.end()) continue;
+      RetireOne(it->second.op, it->second.record);
+      background_.erase(it);
+    }
+    return;
+  }
+  if (background_.empty()) return;
+  if (!background_notices_) {
+    for (auto it = background_.begin(); it != background_.end();) {
+      if (executor_->Done(it->second.op)) {
+        RetireOne(it->second.op, it->second.record);
+        it = background_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return;
+  }
+  // The ops done now are those a poll of every one would find; retired in the same order.
+  done_ops_.clear();
+  executor_->TakeDone(&done_ops_);
+  done_numbers_.clear();
+  for (OpId op : done_ops_) {
+    auto w = watched_.find(op);
+    if (w != watched_.end()) done_numbers_.push_back(w->second);  // else retired already
+  }
+  std::sort(done_numbers_.begin(), done_numbers_.end());
+  for (std::uint64_t number : done_numbers_) {
+    auto it = background_.find(number);
+    KVTIER_DCHECK(it != background_.end(), "Pipeline: a watched background op was lost");
+    RetireOne(it->second.op, it->second.record);
+    background_.erase(it);
+  }
 }
 
 // ---- Run -----------------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ OpId RequestRun::SubmitTransfer(TransferOp op, std::vector<OpId> after, bool bac
   }
   OpId id = pipeline_.executor_->Submit(std::move(op), after);
   if (background) {
-    pipeline_.background_.push_back({id, tr});
+    pipeline_.AddBackground(id, tr);
   } else {
     ops.push_back({id, true, tr, false, tr.layer, ComputeKind::kLayerPrefill});
   }
@@ -65,7 +65,7 @@ void RequestRun::Abandon(const std::vector<OpId>& abandoned) {
   for (OpId op : abandoned) {
     for (auto it = ops.begin(); it != ops.end(); ++it) {
       if (it->op == op && it->is_transfer) {
-        pipeline_.background_.push_back({op, it->transfer});
+        pipeline_.AddBackground(op, it->transfer);
         ops.erase(it);
         break;
       }
@@ -76,7 +76,7 @@ void RequestRun::Abandon(const std::vector<OpId>& abandoned) {
   for (auto it = ops.begin(); it != ops.end();) {
     if (it->is_transfer && it->transfer.purpose == Purpose::kCakeLoad &&
         !pipeline_.executor_->Done(it->op)) {
-      pipeline_.background_.push_back({it->op, it->transfer});
+      pipeline_.AddBackground(it->op, it->transfer);
       it = ops.erase(it);
     } else {
       ++it;

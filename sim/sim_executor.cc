@@ -42,6 +42,7 @@ struct SimExecutor::Impl {
     bool in_overhead = false;  // running the cpu.op_overhead delay that precedes the transfer
     bool device_gather = false;  // an H2D kDeviceGather: slows the GPU while it runs
     bool queued = false;  // an SSD write counted in ssd.write_lanes
+    bool watched = false;  // Watch: reported by TakeDone once done
     TransferKind kind = TransferKind::kSsdRead;
     double amount = 0;  // payload bytes (transfers, latency included) or flops (execs)
     Seconds submit_s = 0, start_s = 0, end_s = 0;
@@ -65,6 +66,8 @@ struct SimExecutor::Impl {
   // oldest first (Start, Finish). 0: no limit, as SimGrid shares them all.
   int writes_running = 0;
   std::deque<OpId> writes_waiting;
+  // Watched ops done and not yet handed out by TakeDone (Finish appends).
+  std::vector<OpId> done_watched;
   void GatherStarted() {
     if (gathers_running++ == 0) gpu->set_pstate(1);
   }
@@ -145,6 +148,8 @@ struct SimExecutor::Impl {
   void Complete(std::size_t running_index);
   void Finish(OpId id);
   void PumpOne();
+  // Actor mode: completes every activity that has finished by now (Done, TakeDone).
+  void ObserveFinished();
 };
 
 void SimExecutor::Impl::BuildPlatform() {
@@ -351,6 +356,7 @@ void SimExecutor::Impl::Finish(OpId id) {
       Begin(next);
     }
   }
+  if (op.watched) done_watched.push_back(id);
   graph.Complete(id, [this](OpId d) { Start(d); });
 }
 
@@ -650,19 +656,38 @@ std::size_t SimExecutor::WaitAny(std::span<const OpId> ops) {
   return 0;
 }
 
-bool SimExecutor::Done(OpId op) {
+void SimExecutor::Impl::ObserveFinished() {
   // Maestro mode: every completion up to now went through the callback.
-  if (impl_->maestro) return impl_->IsDone(op);
+  if (maestro) return;
   // Observe every activity that has finished by now, so completions at the current instant
   // release their dependents before we answer.
-  for (std::size_t i = 0; i < impl_->running.size();) {
-    if (impl_->running[i]->test()) {
-      impl_->Complete(i);
+  for (std::size_t i = 0; i < running.size();) {
+    if (running[i]->test()) {
+      Complete(i);
     } else {
       ++i;
     }
   }
+}
+
+bool SimExecutor::Done(OpId op) {
+  impl_->ObserveFinished();
   return impl_->IsDone(op);
+}
+
+bool SimExecutor::Watch(OpId op) {
+  if (impl_->IsDone(op)) {
+    impl_->done_watched.push_back(op);
+  } else {
+    impl_->At(op).watched = true;
+  }
+  return true;
+}
+
+void SimExecutor::TakeDone(std::vector<OpId>* out) {
+  impl_->ObserveFinished();  // as Done does: what it would say true for now
+  out->insert(out->end(), impl_->done_watched.begin(), impl_->done_watched.end());
+  impl_->done_watched.clear();
 }
 
 OpTimes SimExecutor::Retire(OpId op) {

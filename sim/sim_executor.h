@@ -91,6 +91,8 @@ class SimExecutor : public Executor {
   Status Wait(OpId op) override;
   std::size_t WaitAny(std::span<const OpId> ops) override;
   bool Done(OpId op) override;
+  bool Watch(OpId op) override;
+  void TakeDone(std::vector<OpId>* out) override;
   OpTimes Retire(OpId op) override;
 
   // Simulated time passes until `t` while background work (and the other actors' requests)

@@ -237,6 +237,15 @@ struct TimedExecutor : ExecutorWrapper {
     ScopedTimer t(&seconds);
     return ExecutorWrapper::Done(op);
   }
+  // Notices forwarded (ExecutorWrapper keeps none): this wrapper changes nothing Done says.
+  bool Watch(OpId op) override {
+    ScopedTimer t(&seconds);
+    return target()->Watch(op);
+  }
+  void TakeDone(std::vector<OpId>* out) override {
+    ScopedTimer t(&seconds);
+    target()->TakeDone(out);
+  }
   OpTimes Retire(OpId op) override {
     ScopedTimer t(&seconds);
     return ExecutorWrapper::Retire(op);

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "core/transfer_strategy.h"
 #include "models/cost_model.h"
 
@@ -187,6 +189,54 @@ TEST(SimExecutorGolden, OneWriteLaneRunsStoresInFifoOrder) {
     EXPECT_NEAR(s[i].end_s, double(i + 1), 1e-9);
   }
   EXPECT_NEAR(r.end_s, 1.0, 1e-9) << "the read sees the same 4.5 GB/s";
+}
+
+// Completion notices (Executor::Watch/TakeDone): with one write lane the three stores above
+// end at 1, 2 and 3 s. A watched op is reported once, by the first TakeDone after it ended
+// (exactly when Done says true); one already done when watched is reported at once; an op not
+// watched never is.
+TEST(SimExecutorNotices, WatchedOpsAreReportedOnceWhenDone) {
+  HardwareOptions hw = Hw();
+  hw.ssd_background_share = 0.25;
+  hw.ssd_write_lanes = 1;
+  SimExecutor ex(Model(), hw);
+  ex.Run([&] {
+    OpId ids[3];
+    for (OpId& id : ids) {
+      TransferOp store = Xfer(TransferKind::kSsdWrite, 500000000ull - 160000);
+      store.purpose = Purpose::kStore;
+      id = ex.Submit(store, {});
+    }
+    const OpId read = ex.Submit(Xfer(TransferKind::kSsdRead, 1000), {});
+    EXPECT_TRUE(ex.Watch(ids[1]));
+    EXPECT_TRUE(ex.Watch(ids[2]));
+    std::vector<OpId> done;
+    ex.TakeDone(&done);
+    EXPECT_TRUE(done.empty());
+    ex.IdleUntil(1.5);  // the first store (not watched) and the read are done
+    EXPECT_TRUE(ex.Done(ids[0]));
+    EXPECT_TRUE(ex.Done(read));
+    ex.TakeDone(&done);
+    EXPECT_TRUE(done.empty());
+    EXPECT_TRUE(ex.Watch(read));  // already done: reported by the next TakeDone
+    ex.TakeDone(&done);
+    EXPECT_EQ(done, std::vector<OpId>{read});
+    ex.IdleUntil(2.5);
+    EXPECT_TRUE(ex.Done(ids[1]));
+    EXPECT_FALSE(ex.Done(ids[2]));
+    done.clear();
+    ex.TakeDone(&done);
+    EXPECT_EQ(done, std::vector<OpId>{ids[1]});
+    done.clear();
+    ex.TakeDone(&done);
+    EXPECT_TRUE(done.empty()) << "reported once";
+    ex.Wait(ids[2]);
+    EXPECT_NEAR(ex.Now(), 3.0, 1e-9);
+    ex.TakeDone(&done);
+    EXPECT_EQ(done, std::vector<OpId>{ids[2]});
+    for (OpId id : ids) ex.Retire(id);
+    ex.Retire(read);
+  });
 }
 
 TEST(SimExecutorGolden, TwoWriteLanesShareBetweenTheFirstTwo) {
