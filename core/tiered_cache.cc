@@ -258,7 +258,18 @@ class TieredCache::ChunkTable {
 // chunk is thus set aside once instead of being passed over by every search (popping and
 // re-pushing thousands of pinned chunks per admission made a 4-prefill run 250x slower), and
 // TieredCache::ReleasePins puts set-aside chunks back where their remaining pins say. Without
-// pins everything stays in lane 0, which is then the heap this class always was.
+// pins everything stays in lane 0.
+//
+// Lane 0 is a heap plus a FIFO queue whose stored keys rise from front to back: a chunk whose
+// key is above the last one queued is appended (O(1)), any other goes into the heap, and the
+// lane's minimum is the smaller of the queue's front and the heap's top. Under lru every
+// admission and every access carries the newest tick, so nearly every chunk is queued and
+// eviction is a pop from the front instead of a heap removal (those removals, and sifting
+// refreshed keys down, were ~45% of `as`'s time late in the Mooncake trace). Under lfu and
+// score most keys are out of order and go to the heap, which then works as before. Keys are
+// unique, so the minimum, and every outcome, is the same wherever an entry sits. A chunk taken
+// out of the middle of the queue leaves a dead slot (its key kept, so the order check against
+// the back still holds), skipped at the front and dropped when the queue is compacted.
 class TieredCache::TierHeap {
  public:
   // Children per node. Four halve the depth of a binary heap of ~10^5 chunks (each level a cache
@@ -288,13 +299,15 @@ class TieredCache::TierHeap {
   }
 
   static constexpr std::uint8_t kLocked = 1 + kMaxHolders;  // pinned by two or more holders
+  static constexpr std::uint8_t kQueue = kLocked + 1;  // lane 0's queue (record->lane; lanes_)
+  static constexpr std::uint32_t kDead = 0xFFFFFFFFu;  // a queue slot whose chunk left
   static constexpr std::uint8_t LaneOf(std::uint32_t pins) {
     if (pins == 0) return 0;
     if ((pins & (pins - 1)) != 0) return kLocked;
     return std::uint8_t(1 + std::countr_zero(pins));
   }
 
-  TierHeap(Tier tier, Bytes capacity) : tier_(tier), capacity_(capacity), lanes_(kLocked + 1) {}
+  TierHeap(Tier tier, Bytes capacity) : tier_(tier), capacity_(capacity), lanes_(kQueue + 1) {}
 
   Tier tier() const { return tier_; }
   Bytes capacity() const { return capacity_; }
@@ -303,14 +316,20 @@ class TieredCache::TierHeap {
   // The record whose slot is `s`, and whether `record`'s slot says it is (a check).
   ChunkRecord* RecordOf(const Slot& s) const { return records_[s.handle]; }
   bool Holds(const ChunkRecord* record) const {
-    return record->heap_handle < records_.size() && records_[record->heap_handle] == record &&
-           RecordOf(lanes_[record->lane][pos_[record->heap_handle]]) == record;
+    if (record->heap_handle >= records_.size() || records_[record->heap_handle] != record) {
+      return false;
+    }
+    const Slot& s = lanes_[record->lane][pos_[record->heap_handle]];
+    return s.handle != kDead && RecordOf(s) == record;
   }
   // Calls f(entry) for every resident chunk (its stored key).
   template <typename F>
   void ForEach(F f) const {
-    for (const std::vector<Slot>& lane : lanes_) {
-      for (const Slot& s : lane) f(EntryFrom(s));
+    for (std::size_t lane = 0; lane < lanes_.size(); ++lane) {
+      const std::vector<Slot>& slots = lanes_[lane];
+      for (std::size_t i = lane == kQueue ? qhead_ : 0; i < slots.size(); ++i) {
+        if (slots[i].handle != kDead) f(EntryFrom(slots[i]));
+      }
     }
   }
 
@@ -364,8 +383,22 @@ class TieredCache::TierHeap {
   // rises. A priority that fell usually stays above the stored key, which lagged behind its
   // earlier rises (reading the slot to find that out was 8% of sim_bench's spec profile).
   // REQUIRES: it is in this tier; the record already holds the new priority and last access.
+  // A queued chunk whose new key is above the back's moves to the back at once (lru: every
+  // access); one whose key fell leaves the queue (its order would break); else it is lazy too.
   void Update(ChunkRecord* record) {
     KVTIER_CHECK(record->tier == tier_, "TierHeap::Update of a chunk that is not resident");
+    if (record->lane == kQueue) {
+      const Slot key{record->priority, record->stats.last_access, record->chunk.value, 0, 0};
+      if (!(record->priority < record->heap_priority) &&
+          !KeyLess(lanes_[kQueue].back(), key)) {
+        return;  // lazy: refreshed when it reaches the front (FreshenQueue)
+      }
+      Slot s = TakeFrom(record);
+      s.priority = key.priority;
+      s.last_access = key.last_access;
+      PushTo(0, s);
+      return;
+    }
     if (!(record->priority < record->heap_priority)) return;  // at or above the stored key
     std::vector<Slot>& heap = lanes_[record->lane];
     const std::uint32_t i = pos_[record->heap_handle];
@@ -379,7 +412,7 @@ class TieredCache::TierHeap {
   // Moves a set-aside chunk to the lane its pins now call for (TieredCache::ReleasePins); a
   // chunk in lane 0 stays (it is set aside when a search meets it).
   void Rehome(ChunkRecord* record) {
-    if (record->lane == 0) return;
+    if (record->lane == 0 || record->lane == kQueue) return;
     const std::uint8_t lane = LaneOf(record->pins);
     if (lane == record->lane) return;
     const Slot s = TakeFrom(record);
@@ -397,21 +430,19 @@ class TieredCache::TierHeap {
     Bytes free = capacity_ - used_;
     const std::size_t own = holder < 0 ? 0 : std::size_t(1 + holder);
     while (free < bytes) {
-      std::size_t lane = 0;
       SettleTop(0, skip_pins);
+      const Slot* top = Top(0);
       if (own != 0) {
         SettleTop(own, skip_pins);
-        const std::vector<Slot>& a = lanes_[0];
-        const std::vector<Slot>& b = lanes_[own];
-        if (!b.empty() && (a.empty() || KeyLess(b[0], a[0]))) lane = own;
+        const Slot* b = Top(own);
+        if (b != nullptr && (top == nullptr || KeyLess(*b, *top))) top = b;
       }
-      const std::vector<Slot>& heap = lanes_[lane];
-      if (heap.empty() || !(priority > heap[0].priority)) {
+      if (top == nullptr || !(priority > top->priority)) {
         for (const HeapEntry& v : victims_) Push(v);  // roll back (into lane 0)
         victims_.clear();
         return false;
       }
-      HeapEntry v = Remove(RecordOf(heap[0]));
+      HeapEntry v = Remove(RecordOf(*top));
       free += v.bytes;
       victims_.push_back(v);
     }
@@ -425,10 +456,19 @@ class TieredCache::TierHeap {
     KVTIER_CHECK(used_ <= capacity_, "a tier is over capacity");
     Bytes sum = 0;
     std::size_t count = 0;
+    std::size_t dead = 0;
     for (std::size_t lane = 0; lane < lanes_.size(); ++lane) {
       const std::vector<Slot>& heap = lanes_[lane];
-      for (std::size_t i = 0; i < heap.size(); ++i) {
+      for (std::size_t i = lane == kQueue ? qhead_ : 0; i < heap.size(); ++i) {
         const Slot& s = heap[i];
+        if (lane == kQueue) {
+          if (i > qhead_) KVTIER_CHECK(KeyLess(heap[i - 1], s), "the queue's keys do not rise");
+          if (s.handle == kDead) {
+            KVTIER_CHECK(i != qhead_, "the queue's front is a dead slot");
+            ++dead;
+            continue;
+          }
+        }
         KVTIER_CHECK(s.handle < records_.size() && pos_[s.handle] == i,
                      "a heap slot's handle does not say where it is");
         const ChunkRecord* r = records_[s.handle];
@@ -442,10 +482,14 @@ class TieredCache::TierHeap {
         const Slot truth{r->priority, r->stats.last_access, s.chunk, s.handle, s.bytes};
         KVTIER_CHECK(!KeyLess(truth, s), "a heap key is above its record's (a lost decrease)");
         KVTIER_CHECK(s.priority == r->heap_priority, "a record's copy of its heap key is stale");
-        if (i > 0) KVTIER_CHECK(!KeyLess(s, heap[Parent(i)]), "heap property broken");
-        KVTIER_CHECK(lane == 0 || r->pins != 0, "an unpinned chunk was left set aside");
+        if (i > 0 && lane != kQueue) {
+          KVTIER_CHECK(!KeyLess(s, heap[Parent(i)]), "heap property broken");
+        }
+        KVTIER_CHECK(lane == 0 || lane == kQueue || r->pins != 0,
+                     "an unpinned chunk was left set aside");
       }
     }
+    KVTIER_CHECK(dead == qdead_, "the queue miscounts its dead slots");
     KVTIER_CHECK(sum == used_, "used bytes != sum of resident bytes");
     KVTIER_CHECK(count == size_, "a tier miscounts its chunks");
     KVTIER_CHECK(records_.size() - free_handles_.size() == size_, "a tier miscounts its handles");
@@ -472,9 +516,11 @@ class TieredCache::TierHeap {
   void SettleTop(std::size_t lane, std::uint32_t skip_pins) {
     std::vector<Slot>& heap = lanes_[lane];
     for (;;) {
+      if (lane == 0) FreshenQueue();  // first: it may push into the heap
       FreshenTop(heap);
-      if (heap.empty() || (RecordOf(heap[0])->pins & skip_pins) == 0) return;
-      ChunkRecord* r = RecordOf(heap[0]);
+      const Slot* top = Top(lane);
+      if (top == nullptr || (RecordOf(*top)->pins & skip_pins) == 0) return;
+      ChunkRecord* r = RecordOf(*top);
       const std::uint8_t to = LaneOf(r->pins);
       // Lane 1 + h holds chunks h alone pinned when set aside; another holder's pin since then
       // locks it.
@@ -483,7 +529,68 @@ class TieredCache::TierHeap {
     }
   }
 
+  // The smallest stored key of a lane: in lane 0 the queue's front or the heap's top.
+  const Slot* Top(std::size_t lane) const {
+    const Slot* h = lanes_[lane].empty() ? nullptr : &lanes_[lane][0];
+    if (lane != 0 || qhead_ == lanes_[kQueue].size()) return h;
+    const Slot* q = &lanes_[kQueue][qhead_];
+    return h == nullptr || KeyLess(*q, *h) ? q : h;
+  }
+  // Until the queue's front holds its record's key: take it out and put it back (at the back
+  // if its key is now the largest, else into the heap). As FreshenTop for the heap.
+  void FreshenQueue() {
+    const std::vector<Slot>& q = lanes_[kQueue];
+    while (qhead_ < q.size()) {
+      ChunkRecord* r = RecordOf(q[qhead_]);
+      if (q[qhead_].priority == r->priority && q[qhead_].last_access == r->stats.last_access) {
+        return;
+      }
+      Slot s = TakeFrom(r);
+      s.priority = r->priority;
+      s.last_access = r->stats.last_access;
+      PushTo(0, s);
+    }
+  }
+  // Drops the dead slots at the queue's front; compacts it when dead slots are most of it.
+  void TidyQueue() {
+    std::vector<Slot>& q = lanes_[kQueue];
+    while (qhead_ < q.size() && q[qhead_].handle == kDead) {
+      ++qhead_;
+      --qdead_;
+    }
+    if (qhead_ == q.size()) {
+      q.clear();
+      qhead_ = 0;
+      return;
+    }
+    const std::size_t waste = qhead_ + qdead_;
+    if (waste < 1024 || 2 * waste < q.size()) return;
+    std::size_t out = 0;
+    for (std::size_t i = qhead_; i < q.size(); ++i) {
+      if (q[i].handle == kDead) continue;
+      q[out] = q[i];
+      pos_[q[out].handle] = std::uint32_t(out);
+      ++out;
+    }
+    q.resize(out);
+    qhead_ = 0;
+    qdead_ = 0;
+  }
+
+  // Into `lane`; into lane 0: at the queue's back if its key is above the back's, else into
+  // the heap.
   void PushTo(std::size_t lane, const Slot& s) {
+    if (lane == 0) {
+      std::vector<Slot>& q = lanes_[kQueue];
+      if (q.empty() || KeyLess(q.back(), s)) {
+        ChunkRecord* r = RecordOf(s);
+        r->lane = kQueue;
+        r->heap_priority = s.priority;
+        pos_[s.handle] = std::uint32_t(q.size());
+        q.push_back(s);
+        return;
+      }
+    }
     std::vector<Slot>& heap = lanes_[lane];
     const std::size_t i = heap.size();
     heap.push_back(s);
@@ -498,6 +605,13 @@ class TieredCache::TierHeap {
     std::vector<Slot>& heap = lanes_[record->lane];
     const std::size_t i = pos_[record->heap_handle];
     const Slot out = heap[i];
+    if (record->lane == kQueue) {
+      heap[i].handle = kDead;  // its key stays: the back's order check still holds
+      ++qdead_;
+      TidyQueue();
+      record->lane = 0;
+      return out;
+    }
     const Slot last = heap.back();
     heap.pop_back();
     if (i < heap.size()) {
@@ -589,7 +703,10 @@ class TieredCache::TierHeap {
   Bytes capacity_;
   Bytes used_ = 0;
   std::size_t size_ = 0;
-  std::vector<std::vector<Slot>> lanes_;  // [0] evictable, [1 + h] holder h's, [kLocked]
+  std::vector<std::vector<Slot>> lanes_;  // [0] evictable, [1 + h] holder h's, [kLocked],
+                                          // [kQueue] lane 0's queue (from qhead_ on)
+  std::size_t qhead_ = 0;  // the queue's front: a live slot, or the end
+  std::size_t qdead_ = 0;  // dead slots at or after qhead_
   std::vector<ChunkRecord*> records_;     // by handle: the resident chunk's record
   std::vector<std::uint32_t> pos_;        // by handle: its index in its lane
   std::vector<std::uint32_t> free_handles_;

@@ -30,9 +30,10 @@
 // only its statistics (24 bytes), and none at all under a policy that does not rank by history
 // (lru); a segment's index is freed when none of its chunks has either.
 //
-// Not thread-safe. Access is O(log n) with one direct-indexed lookup (no hashing); a heap key
-// that rises is re-sifted lazily, when it reaches the top (TierHeap::Update), which changes no
-// outcome. Capacities are checked with KVTIER_DCHECK after every call and the touched chunk's
+// Not thread-safe. Access is O(log n) with one direct-indexed lookup (no hashing), and O(1)
+// when keys enter in rising order (lru: each tier's heap is paired with a FIFO queue for them,
+// tiered_cache.cc TierHeap); a heap key that rises is re-sifted lazily, when it reaches the
+// top (TierHeap::Update), which changes no outcome. Capacities are checked with KVTIER_DCHECK after every call and the touched chunk's
 // heap slot after every 64th; the full CheckInvariants() (O(n)) runs after every call while
 // fewer than 32 chunks are resident, and otherwise once per 16 x `known chunks` calls
 // (amortised O(1)), so the checks stay on in every build.

@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/cache_policy.h"
@@ -40,6 +42,50 @@ double PriorityOf(const TieredCache& cache, ChunkId chunk) {
   return cache.policy().Priority(s ? *s : ChunkStats{});
 }
 
+// The victim order of core/tiered_cache.h: a chunk that leaves a tier for a lower one (not the
+// call's own chunk) is, when it leaves, the tier's minimum by (priority, last access, chunk id)
+// -- whatever structure the cache keeps its tiers in. Snapshot the residents' keys before a
+// call, then replay its moves.
+using Key = std::tuple<double, std::uint64_t, std::uint64_t>;
+Key KeyOf(const TieredCache& cache, ChunkId id) {
+  const ChunkStats* s = cache.Stats(id);
+  const ChunkStats st = s != nullptr ? *s : ChunkStats{};
+  return {cache.policy().Priority(st), st.last_access, id.value};
+}
+struct Residents {
+  std::map<std::uint64_t, Key> key;  // every resident chunk's key before the call
+  std::set<Key> gpu, cpu;
+};
+template <typename Ids>
+Residents Snapshot(const TieredCache& cache, const Ids& ids) {
+  Residents r;
+  for (ChunkId id : ids) {
+    const Tier t = cache.Where(id);
+    if (t == Tier::kSsd) continue;
+    const Key k = KeyOf(cache, id);
+    r.key[id.value] = k;
+    (t == Tier::kGpu ? r.gpu : r.cpu).insert(k);
+  }
+  return r;
+}
+void ExpectVictimsInKeyOrder(Residents r, ChunkId own, const std::vector<CacheMove>& moves) {
+  if (auto it = r.key.find(own.value); it != r.key.end()) {  // taken out first (a swap)
+    r.gpu.erase(it->second);
+    r.cpu.erase(it->second);
+  }
+  for (const CacheMove& m : moves) {
+    if (m.chunk == own) continue;  // its own move comes last
+    ASSERT_NE(m.from, Tier::kSsd) << "a victim that was not resident";
+    std::set<Key>& from = m.from == Tier::kGpu ? r.gpu : r.cpu;
+    ASSERT_FALSE(from.empty());
+    const Key k = r.key.at(m.chunk.value);
+    EXPECT_EQ(k, *from.begin()) << "a victim that was not its tier's minimum";
+    from.erase(k);
+    if (m.to == Tier::kCpu) r.cpu.insert(k);
+    if (m.to == Tier::kGpu) r.gpu.insert(k);
+  }
+}
+
 class TieredCacheContractTest : public ::testing::TestWithParam<std::string> {
  protected:
   // Runs `steps` random calls with `seed`, asserting the contract after each; appends every
@@ -57,11 +103,14 @@ class TieredCacheContractTest : public ::testing::TestWithParam<std::string> {
     std::uniform_real_distribution<double> ratio(0, 1);
     std::uniform_int_distribution<int> op(0, 99);
 
+    std::vector<ChunkId> ids;
+    for (const Chunk& k : chunks) ids.push_back(k.id);
     std::vector<CacheMove> moves;
     for (int step = 0; step < steps; ++step) {
       const Chunk& c = chunks[pick(rng)];
       const int kind = op(rng);
       const Tier before = cache.Where(c.id);
+      const Residents residents = Snapshot(cache, ids);
       const Bytes gpu_used_before = cache.used(Tier::kGpu);
       const Bytes cpu_used_before = cache.used(Tier::kCpu);
       moves.clear();
@@ -126,6 +175,7 @@ class TieredCacheContractTest : public ::testing::TestWithParam<std::string> {
         }
       }
 
+      ExpectVictimsInKeyOrder(residents, c.id, moves);
       // Every move starts where the previous moves left the chunk, and carries its size.
       for (const CacheMove& m : moves) {
         Tier& where = shadow.try_emplace(m.chunk.value, Tier::kSsd).first->second;
@@ -225,12 +275,21 @@ TEST_P(TieredCacheContractTest, LargeCacheStaysConsistent) {
   std::uniform_int_distribution<std::uint32_t> pick(0, 4999);
   std::uniform_int_distribution<int> op(0, 99);
   std::vector<CacheMove> moves;
+  std::map<std::uint64_t, ChunkId> resident;  // from the moves
+  std::vector<ChunkId> resident_ids;
   for (int step = 0; step < 40000; ++step) {
     const std::uint32_t i = step % 2 ? pick(rng) % 400 : pick(rng);  // half the calls are hot
     const ChunkId id = ChunkId::Make(i, KvKind::kValue, 1, 0);
     const Bytes bytes = (1 + i % 4) * kKiB;
     moves.clear();
     const int kind = op(rng);
+    // Every 8th call's victims against the residents' keys (every call's costs seconds).
+    Residents before;
+    if (step % 8 == 0) {
+      resident_ids.clear();
+      for (const auto& [value, chunk] : resident) resident_ids.push_back(chunk);
+      before = Snapshot(cache, resident_ids);
+    }
     if (kind < 90) {
       cache.Access(id, bytes, (i % 5) / 4.0, &moves);
     } else if (kind < 97) {
@@ -245,6 +304,14 @@ TEST_P(TieredCacheContractTest, LargeCacheStaysConsistent) {
         last = last && moves[l].chunk != moves[k].chunk;
       if (last) {
         EXPECT_EQ(cache.Where(moves[k].chunk), moves[k].to);
+      }
+    }
+    if (step % 8 == 0) ExpectVictimsInKeyOrder(before, id, moves);
+    for (const CacheMove& m : moves) {
+      if (m.to == Tier::kSsd) {
+        resident.erase(m.chunk.value);
+      } else {
+        resident.emplace(m.chunk.value, m.chunk);
       }
     }
     if (step % 1000 == 0) cache.CheckInvariants();
