@@ -40,7 +40,8 @@
 //
 // Thread safety: an Executor is driven by one Pipeline from one thread (or one SimGrid actor).
 // ExecutorWrapper (below) forwards every call to another Executor, so a test can override one
-// method: inject a failure, trace the calls.
+// method: inject a failure, trace the calls. (All but the completion notices, Watch/TakeDone:
+// a wrapper may change what Done says, so it keeps none and is polled.)
 
 #include <cstdint>
 #include <span>
@@ -266,6 +267,8 @@ class Executor {
 // injection), trace or time the calls -- and everything else behaves as the target does. The
 // target is not owned and must outlive the wrapper. A wrapper that changes what an op reports
 // keeps the contract above itself (e.g. an op it fails: its dependents report Aborted).
+// Completion notices are not forwarded (Watch says false, so callers poll Done, which a
+// wrapper may override); a decorator that changes no status may forward them itself.
 class ExecutorWrapper : public Executor {
  public:
   explicit ExecutorWrapper(Executor* target) : target_(target) {}
