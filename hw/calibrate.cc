@@ -396,11 +396,12 @@ Status Calibrate(const CalibrateOptions& options, CalibrateResult* out) {
     // through host memory (a CPU gather beside the host backend's memcpy H2D) get together.
     Progress(options, "memory: two concurrent copy threads");
     const std::uint64_t half = arena / 2 / block * block;
+    const std::uint64_t each = (copy_total / 2 + block - 1) / block * block;  // CopyBw's blocks
     const std::int64_t t0 = MonotonicNowNs();
-    std::thread other([&] { CopyBw(b->base() + half, a->base() + half, half, block, copy_total / 2); });
-    CopyBw(b->base(), a->base(), half, block, copy_total / 2);
+    std::thread other([&] { CopyBw(b->base() + half, a->base() + half, half, block, each); });
+    CopyBw(b->base(), a->base(), half, block, each);
     other.join();
-    r.shared_copy_bw = double(copy_total / 2 / block * block * 2) / Seconds(t0, MonotonicNowNs());
+    r.shared_copy_bw = double(2 * each) / Seconds(t0, MonotonicNowNs());
   }
 
   // --- The copy curve (host backend: memcpy per piece into the "device" arena).

@@ -315,6 +315,18 @@ TEST(HwExecutor, ReadWaitsForThePendingStoreOfItsChunk) {
   EXPECT_EQ(ex->stats().chunks_verified, 1u);
 }
 
+// A store of 64 value chunks of 128 bytes (8 KiB) of `segment`, layer 0.
+TransferOp SmallStore(std::uint32_t segment) {
+  TransferOp w;
+  w.kind = TransferKind::kSsdWrite;
+  w.purpose = Purpose::kStore;
+  for (std::uint32_t c = 0; c < 64; ++c) {
+    w.chunks.push_back({ChunkId::Make(segment, KvKind::kValue, 0, c), 128, {}, {}});
+    w.bytes += 128;
+  }
+  return w;
+}
+
 // Stores are background traffic: the write lane paces them to ssd.background_share of the
 // profile's ssd.write_bw, the simulator's cap. 64 chunks of 128 bytes at 0.25 x 128 KiB/s take
 // at least 8 KiB / 32 KiB/s = 0.25 s (pacing only slows a write down, so no upper bound), and
@@ -326,14 +338,7 @@ TEST(HwExecutor, StoresArePacedToTheBackgroundShare) {
   hw.ssd_write_bw = 128 << 10;
   hw.ssd_background_share = 0.25;
   ASSERT_TRUE(HwExecutor::Create(TinyModel(), hw, Options(dir.path(), System("as", 0, 0)), &ex).ok());
-  TransferOp w;
-  w.kind = TransferKind::kSsdWrite;
-  w.purpose = Purpose::kStore;
-  for (std::uint32_t c = 0; c < 64; ++c) {
-    w.chunks.push_back({ChunkId::Make(5, KvKind::kValue, 0, c), 128, {}, {}});
-    w.bytes += 128;
-  }
-  const OpId id = ex->Submit(w, {});
+  const OpId id = ex->Submit(SmallStore(5), {});
   ASSERT_TRUE(ex->Wait(id).ok());
   const OpTimes t = ex->Retire(id);
   EXPECT_GE(t.end_s - t.start_s, 0.25 - 1e-3);
@@ -352,20 +357,10 @@ TEST(HwExecutor, DriverTimeBetweenWaitsAndItsWakeUpsAreCounted) {
   hw.ssd_write_bw = 128 << 10;
   hw.ssd_background_share = 1;
   ASSERT_TRUE(HwExecutor::Create(TinyModel(), hw, Options(dir.path(), System("as", 0, 0)), &ex).ok());
-  auto store = [&](std::uint32_t segment) {
-    TransferOp w;
-    w.kind = TransferKind::kSsdWrite;
-    w.purpose = Purpose::kStore;
-    for (std::uint32_t c = 0; c < 64; ++c) {
-      w.chunks.push_back({ChunkId::Make(segment, KvKind::kValue, 0, c), 128, {}, {}});
-      w.bytes += 128;
-    }
-    return ex->Submit(w, {});
-  };
-  const OpId a = store(5);
+  const OpId a = ex->Submit(SmallStore(5), {});
   ASSERT_TRUE(ex->Wait(a).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  const OpId b = store(6);
+  const OpId b = ex->Submit(SmallStore(6), {});
   ASSERT_TRUE(ex->Wait(b).ok());
   ASSERT_TRUE(ex->Wait(b).ok());  // done already: not a blocked wait
   const HwExecutorStats st = ex->stats();

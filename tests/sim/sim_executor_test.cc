@@ -150,6 +150,13 @@ TEST(SimExecutorGolden, BackgroundWritesGetAtMostTheirShareOfTheSsd) {
 // other in submission order (1, 2, 3 s; the third starts at 2 s); a limit of 2 shares the cap
 // between the first two (both end at 2 s), then the third runs alone (3 s). The demand read
 // beside them gets the other 4.5 GB/s of the device while any store runs, however many.
+// A store (background) that takes 1 s at the 0.5 GB/s cap, its SSD latency included.
+TransferOp HalfGbStore() {
+  TransferOp store = Xfer(TransferKind::kSsdWrite, 500000000ull - 160000);
+  store.purpose = Purpose::kStore;
+  return store;
+}
+
 void ThreeStoresAndARead(int limit, OpTimes* stores, OpTimes* read) {
   HardwareOptions hw = Hw();
   hw.ssd_background_share = 0.25;  // 0.25 * 2 GB/s = 0.5 GB/s for background writes
@@ -157,11 +164,7 @@ void ThreeStoresAndARead(int limit, OpTimes* stores, OpTimes* read) {
   SimExecutor ex(Model(), hw);
   ex.Run([&] {
     OpId ids[3];
-    for (OpId& id : ids) {
-      TransferOp store = Xfer(TransferKind::kSsdWrite, 500000000ull - 160000);
-      store.purpose = Purpose::kStore;
-      id = ex.Submit(store, {});
-    }
+    for (OpId& id : ids) id = ex.Submit(HalfGbStore(), {});
     const OpId r = ex.Submit(Xfer(TransferKind::kSsdRead, 4500000000ull - 400000), {});
     for (OpId id : ids) ex.Wait(id);
     ex.Wait(r);
@@ -202,11 +205,7 @@ TEST(SimExecutorNotices, WatchedOpsAreReportedOnceWhenDone) {
   SimExecutor ex(Model(), hw);
   ex.Run([&] {
     OpId ids[3];
-    for (OpId& id : ids) {
-      TransferOp store = Xfer(TransferKind::kSsdWrite, 500000000ull - 160000);
-      store.purpose = Purpose::kStore;
-      id = ex.Submit(store, {});
-    }
+    for (OpId& id : ids) id = ex.Submit(HalfGbStore(), {});
     const OpId read = ex.Submit(Xfer(TransferKind::kSsdRead, 1000), {});
     EXPECT_TRUE(ex.Watch(ids[1]));
     EXPECT_TRUE(ex.Watch(ids[2]));

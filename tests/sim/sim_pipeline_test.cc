@@ -309,27 +309,38 @@ TEST(SimParity, SpecCakeSameDecisionsAsFakeExecutor) {
 // rounding; what moves is when each store ends (FIFO, not all at once), and the last store ends
 // when all of them ended before. Returns per request: ttft, ssd_read_bytes, gpu/cpu/ssd chunks;
 // then every store's end; then the simulated end.
-std::vector<double> BacklogRun(const std::string& system, int write_lanes) {
+// The 30-turn backlog through `system`: its log and simulated end. poll: the Pipeline drives the
+// executor through an ExecutorWrapper, which keeps no completion notices, so it polls Done.
+// after(id) runs after request `id`.
+double RunBacklog(const std::string& system, int write_lanes, bool poll, MemoryRunLog* log,
+                  const std::function<void(RequestId)>& after = {}) {
   ModelSpec m = Model();
   HardwareOptions hw = Hw();
   hw.ssd_background_share = 0.25;
   hw.ssd_write_lanes = write_lanes;
   SimExecutor ex(m, hw);
+  ExecutorWrapper polled(&ex);
   ScriptedScores scores([](const Request& r, int l, int h, std::int64_t t) {
     return float(((t * 2654435761u) ^ (r.id * 40503u) ^ (l * 7u) ^ (h * 3u)) % 1000);
   });
-  MemoryRunLog log;
   PipelineOptions o;
   o.system = System(system);
   o.system.cache.gpu_capacity = 8ull << 20;
   o.system.cache.cpu_capacity = 32ull << 20;
-  Pipeline p(m, o, &ex, &scores, &log);
+  Pipeline p(m, o, poll ? static_cast<Executor*>(&polled) : &ex, &scores, log);
   ex.Run([&] {
     for (RequestId id = 1; id <= 30; ++id) {
       ASSERT_TRUE(p.Run(Prefix(id, 2048 * std::int64_t(id), 7)).ok());
+      if (after) after(id);
     }
     ASSERT_TRUE(p.Finish().ok());
   });
+  return ex.Now();
+}
+
+std::vector<double> BacklogRun(const std::string& system, int write_lanes) {
+  MemoryRunLog log;
+  const double end = RunBacklog(system, write_lanes, false, &log);
   std::vector<double> out;
   for (const RequestRecord& r : log.requests) {
     out.insert(out.end(), {r.ttft_s, double(r.ssd_read_bytes), double(r.gpu_hit_chunks),
@@ -338,7 +349,7 @@ std::vector<double> BacklogRun(const std::string& system, int write_lanes) {
   for (const TransferRecord& t : log.transfers) {
     if (t.purpose == Purpose::kStore && t.kind == TransferKind::kSsdWrite) out.push_back(t.end_s);
   }
-  out.push_back(ex.Now());
+  out.push_back(end);
   return out;
 }
 
@@ -380,35 +391,16 @@ TEST(SimWriteLanes, ForegroundMatchesTheUnlimitedShareUnderABacklog) {
 // ExecutorWrapper (which keeps none: the Pipeline polls), every transfer record and request
 // compared bit for bit.
 std::string BacklogLog(const std::string& system, int write_lanes, bool poll) {
-  ModelSpec m = Model();
-  HardwareOptions hw = Hw();
-  hw.ssd_background_share = 0.25;
-  hw.ssd_write_lanes = write_lanes;
-  SimExecutor ex(m, hw);
-  ExecutorWrapper polled(&ex);
-  ScriptedScores scores([](const Request& r, int l, int h, std::int64_t t) {
-    return float(((t * 2654435761u) ^ (r.id * 40503u) ^ (l * 7u) ^ (h * 3u)) % 1000);
-  });
   MemoryRunLog log;
-  PipelineOptions o;
-  o.system = System(system);
-  o.system.cache.gpu_capacity = 8ull << 20;
-  o.system.cache.cpu_capacity = 32ull << 20;
-  Pipeline p(m, o, poll ? static_cast<Executor*>(&polled) : &ex, &scores, &log);
+  std::size_t stores_before_last = 0;
+  const double end_s = RunBacklog(system, write_lanes, poll, &log, [&](RequestId id) {
+    if (id != 29) return;
+    for (const TransferRecord& t : log.transfers) {
+      stores_before_last += t.purpose == Purpose::kStore && t.kind == TransferKind::kSsdWrite;
+    }
+  });
   std::string out;
   char line[256];
-  std::size_t stores_before_last = 0;
-  ex.Run([&] {
-    for (RequestId id = 1; id <= 30; ++id) {
-      ASSERT_TRUE(p.Run(Prefix(id, 2048 * std::int64_t(id), 7)).ok());
-      if (id == 29) {
-        for (const TransferRecord& t : log.transfers) {
-          stores_before_last += t.purpose == Purpose::kStore && t.kind == TransferKind::kSsdWrite;
-        }
-      }
-    }
-    ASSERT_TRUE(p.Finish().ok());
-  });
   // Some stores were retired between requests (not all at Finish), or this compares little.
   std::snprintf(line, sizeof line, "stores retired before the last request: %s\n",
                 stores_before_last > 0 ? "some" : "none");
@@ -425,7 +417,7 @@ std::string BacklogLog(const std::string& system, int write_lanes, bool poll) {
                   static_cast<unsigned long long>(r.ssd_read_bytes));
     out += line;
   }
-  std::snprintf(line, sizeof line, "end %a\n", ex.Now());
+  std::snprintf(line, sizeof line, "end %a\n", end_s);
   return out + line;
 }
 
