@@ -34,7 +34,9 @@ TEST(KvtierCalibrate, QuickProfileIsAValidHardwareInclude) {
                           "\ngather_run_cost = ", "\nbatch_latency = ", "\ndescriptor_cost = ",
                           "\ngather_sm_share = ", "pcie.h2d_bw/d2h_bw/latency: fit of the copy curve",
                           "pcie.batch_latency/descriptor_cost: fit", "host emulation",
-                          "cpu.gather_bw/gather_run_cost: fit", "; ssd check: whole 64 KiB chunks"}) {
+                          "cpu.gather_bw/gather_run_cost: fit", "; ssd check: whole 64 KiB chunks",
+                          // copies through host memory share it (host backend only)
+                          "\nshared_copy_bw = ", "cpu.shared_copy_bw: two threads"}) {
     EXPECT_NE(text.str().find(key), std::string::npos) << key << " missing in\n" << text.str();
   }
   // What was measured is printed on stderr: the samples with the fits and their residuals.
@@ -48,6 +50,21 @@ TEST(KvtierCalibrate, QuickProfileIsAValidHardwareInclude) {
   out.clear();
   ASSERT_EQ(RunCmd(Kvtier() + " config --config " + exp + " --check", &out), 0) << out;
   EXPECT_NE(out.find("ok"), std::string::npos) << out;
+}
+
+// A block that does not divide the arena (24 KiB, smollm2-135m's K/V chunk, into --quick's
+// 32 MiB): the cold-copy measurement's source offsets ran up to a block past the arena's end
+// (SIGSEGV). Now it measures and writes the profile.
+TEST(KvtierCalibrate, BlockThatDoesNotDivideTheArenaStaysInside) {
+  testing::ScratchDir dir;
+  const std::string ini = dir.path() + "/odd.ini";
+  std::string out;
+  ASSERT_EQ(RunCmd(Kvtier() + " calibrate --quick --block 24576 --out " + ini, &out), 0) << out;
+  std::ifstream f(ini);
+  std::stringstream text;
+  text << f.rdbuf();
+  EXPECT_NE(text.str().find("\nmemcpy_bw = "), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("\nshared_copy_bw = "), std::string::npos) << text.str();
 }
 
 // --layer-table: the host backend's real compute timed per layer step for the --config model,
