@@ -64,6 +64,13 @@ constexpr KeySpec kKeys[] = {
      "its PCIe link); kvtier calibrate measures two concurrent copy threads on the host backend"},
     {"cpu.op_overhead", K::kDuration, "0us", nullptr,
      "fixed cost of issuing one transfer op (thread hand-off, submission); kvtier calibrate"},
+    {"cpu.driver_op_cost", K::kDuration, "0us", nullptr,
+     "the driving thread's time per op it submits (planning and submission); the simulator "
+     "delays each op by it on the driver's clock; 0 = planning takes no time; kvtier "
+     "calibrate --config X --driver measures it"},
+    {"cpu.driver_wake", K::kDuration, "0us", nullptr,
+     "time from an awaited op's end until the driving thread runs again, per wait that "
+     "blocked; 0 = at once; kvtier calibrate --config X --driver measures it"},
     {"pcie.h2d_bw", K::kBandwidth, "25GB/s", nullptr, "pinned host-to-device bandwidth"},
     {"pcie.d2h_bw", K::kBandwidth, "25GB/s", nullptr, "device-to-host bandwidth"},
     {"pcie.latency", K::kDuration, "2.3us", nullptr,

@@ -102,6 +102,8 @@ HardwareOptions BuildHardwareOptions(const Config& c) {
   h.cpu_memcpy_bw = Positive(c, "cpu.memcpy_bw", c.GetBandwidth("cpu.memcpy_bw"));
   h.cpu_gather_bw = Positive(c, "cpu.gather_bw", c.GetBandwidth("cpu.gather_bw"));
   h.cpu_op_overhead = c.GetDuration("cpu.op_overhead");
+  h.cpu_driver_op_cost = c.GetDuration("cpu.driver_op_cost");
+  h.cpu_driver_wake = c.GetDuration("cpu.driver_wake");
   h.cpu_shared_copy_bw = c.GetBandwidth("cpu.shared_copy_bw");  // finite, >= 0 (the parser)
   h.pcie_h2d_bw = Positive(c, "pcie.h2d_bw", c.GetBandwidth("pcie.h2d_bw"));
   h.pcie_d2h_bw = Positive(c, "pcie.d2h_bw", c.GetBandwidth("pcie.d2h_bw"));

@@ -34,6 +34,12 @@ struct HardwareOptions {
   // on the host backend (two concurrent copy threads), where one thread nearly saturates it.
   double cpu_shared_copy_bw = 0;
   Seconds cpu_op_overhead = 0;     // per transfer op, before it starts (not per I/O)
+  // The driving thread's own time (the simulator's driver clock; hw spends it for real):
+  // per op submitted (its planning and submission: the Pipeline's work between two
+  // submissions), and per wait that blocked (the wake-up from an op's end to the driver
+  // running again). 0: the driver plans in no time (every shipped profile).
+  Seconds cpu_driver_op_cost = 0;
+  Seconds cpu_driver_wake = 0;
   double pcie_h2d_bw = 25e9;
   double pcie_d2h_bw = 25e9;
   Seconds pcie_latency = 2.3e-6;   // per DMA call (one cudaMemcpyAsync; FlexKV issue 193)

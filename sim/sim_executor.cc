@@ -39,13 +39,16 @@ struct SimExecutor::Impl {
   struct Op {
     bool is_transfer = false;
     bool background = false;  // store/reorder SSD traffic: capped at ssd.background_share
-    bool in_overhead = false;  // running the cpu.op_overhead delay that precedes the transfer
+    bool in_overhead = false;  // running the delay that precedes it (release, op_overhead)
     bool device_gather = false;  // an H2D kDeviceGather: slows the GPU while it runs
     bool queued = false;  // an SSD write counted in ssd.write_lanes
     bool watched = false;  // Watch: reported by TakeDone once done
     TransferKind kind = TransferKind::kSsdRead;
     double amount = 0;  // payload bytes (transfers, latency included) or flops (execs)
     Seconds submit_s = 0, start_s = 0, end_s = 0;
+    // When the driving thread submitted it on its own clock (DriverClock): it starts no
+    // earlier. Equals the engine time at Submit when cpu.driver_op_cost is 0.
+    Seconds release_s = 0;
     sg4::ActivityPtr act;  // maestro mode: the running activity (its data is this op's id)
   };
   // The operation graph (core/op_graph.h, shared with HwExecutor): ids, pending dependencies,
@@ -120,12 +123,29 @@ struct SimExecutor::Impl {
     Seconds deadline = 0;       // kTime
     bool reached = false;       // kTime: the pump timed out at the deadline
     sg4::SemaphorePtr wake;     // released when this actor is handed the baton
+    Seconds driver_s = 0;       // this actor's driver clock (DriverClock)
   };
   std::vector<Waiter> actor_waiters;  // one per actor; empty with one actor
   std::vector<Waiter*> waiting;       // registered waits, oldest first
   Waiter* holder = nullptr;           // the actor holding the baton
 
   bool multi() const { return !actor_waiters.empty(); }
+
+  // The driving thread's clock (cpu.driver_op_cost, cpu.driver_wake): when the body that
+  // calls the executor is done with the work charged to it so far. It runs ahead of the
+  // engine -- a Submit charges its cost here and releases the op at the new time without
+  // running the engine -- and the engine catches up (CatchUp) whenever the body observes
+  // anything (Now, Done, TakeDone, the waits, IdleUntil, Drain), so what the body sees is
+  // what hw's driver sees after spending that time. One clock per driving actor.
+  Seconds single_driver_s = 0;
+  Seconds& DriverClock() { return holder != nullptr ? holder->driver_s : single_driver_s; }
+  bool driver_timed() const { return hw.cpu_driver_op_cost > 0 || hw.cpu_driver_wake > 0; }
+  // Runs the engine (others proceed) until the driver clock. Maestro or the baton holder.
+  void CatchUp();
+  // A wait that blocked returned: the driver runs cpu.driver_wake after the engine's now.
+  void Woke() {
+    if (hw.cpu_driver_wake > 0) DriverClock() = sg4::Engine::get_clock() + hw.cpu_driver_wake;
+  }
   bool Satisfied(Waiter& w);
   Waiter* FirstSatisfied();
   // Blocks the baton holder until its wait `me` is satisfied (see above).
@@ -210,7 +230,7 @@ void SimExecutor::Impl::BuildPlatform() {
 
 void SimExecutor::Impl::Start(OpId id) {
   Op& op = At(id);
-  if (op.amount <= 0) {  // nothing to do: done at once
+  if (op.amount <= 0 && op.release_s <= sg4::Engine::get_clock()) {  // nothing to do
     op.start_s = sg4::Engine::get_clock();
     Finish(id);
     return;
@@ -227,13 +247,17 @@ void SimExecutor::Impl::Start(OpId id) {
 
 void SimExecutor::Impl::Begin(OpId id) {
   Op& op = At(id);
-  op.start_s = sg4::Engine::get_clock();
-  if (op.is_transfer && hw.cpu_op_overhead > 0) {
-    // A fixed issue cost per op (thread hand-off, submission), measured by kvtier calibrate:
-    // a delay before the transfer, on a host with unlimited cores so delays never queue.
+  const Seconds now = sg4::Engine::get_clock();
+  op.start_s = now;
+  // Not before the driving thread submitted it (its release), and for a transfer a fixed issue
+  // cost (thread hand-off, submission) measured by kvtier calibrate: a delay before the op, on
+  // a host with unlimited cores so delays never queue.
+  const Seconds wait = op.release_s > now ? op.release_s - now : 0;
+  const Seconds delay_s = wait + (op.is_transfer ? hw.cpu_op_overhead : 0);
+  if (delay_s > 0) {
     op.in_overhead = true;
     sg4::ExecPtr delay = sg4::Exec::init();
-    delay->set_flops_amount(hw.cpu_op_overhead);
+    delay->set_flops_amount(delay_s);
     delay->set_host(dispatch);
     Launch(id, delay);
     return;
@@ -246,6 +270,10 @@ void SimExecutor::Impl::StartActivity(OpId id) {
   // A transfer starts when its resource takes it, after the cpu.op_overhead hand-off, as hw
   // stamps it when its lane starts the copy (so stage busy times mean the same in both).
   op.start_s = sg4::Engine::get_clock();
+  if (op.amount <= 0) {  // released after its delay, nothing to do
+    Finish(id);
+    return;
+  }
   sg4::ActivityPtr act;
   if (op.is_transfer && (op.kind != TransferKind::kCpuGather || gather_sink != nullptr)) {
     sg4::Host* from = cpu;
@@ -272,6 +300,14 @@ void SimExecutor::Impl::StartActivity(OpId id) {
 
 OpId SimExecutor::Impl::Add(Op rec, std::span<const OpId> after) {
   rec.submit_s = sg4::Engine::get_clock();
+  if (hw.cpu_driver_op_cost > 0) {
+    // The driving thread planned and submitted it: cpu.driver_op_cost on its clock, which
+    // runs on from wherever the body's earlier work left it.
+    Seconds& driver = DriverClock();
+    driver = std::max(driver, rec.submit_s) + hw.cpu_driver_op_cost;
+    rec.submit_s = driver;
+  }
+  rec.release_s = rec.submit_s;
   const auto added = graph.Add(std::move(rec), after);
   KVTIER_DCHECK(added.next != OpGraph<Op>::Next::kAbort, "SimExecutor: an op failed");
   if (added.next == OpGraph<Op>::Next::kStart) Start(added.id);
@@ -328,6 +364,22 @@ void SimExecutor::Impl::RunEngineForWait() {
     RunEngine();
   }
   wait_kind = WaitKind::kNone;
+}
+
+void SimExecutor::Impl::CatchUp() {
+  if (!driver_timed()) return;
+  const Seconds driver = DriverClock();
+  if (sg4::Engine::get_clock() >= driver) return;
+  if (multi()) {
+    Waiter& me = *holder;
+    me.kind = Waiter::Kind::kTime;
+    me.deadline = driver;
+    me.reached = false;
+    Block(me);
+    return;
+  }
+  // run_until may stop up to 1e-5 s short (see IdleUntil); it always makes progress.
+  while (sg4::Engine::get_clock() < driver) RunEngine(driver);
 }
 
 void SimExecutor::Impl::RunEngine(double until) {
@@ -555,7 +607,10 @@ void SimExecutor::RunInMaestro(const std::function<void()>& body) {
   if (error) std::rethrow_exception(error);
 }
 
-Seconds SimExecutor::Now() { return sg4::Engine::get_clock(); }
+Seconds SimExecutor::Now() {
+  impl_->CatchUp();
+  return sg4::Engine::get_clock();
+}
 
 OpId SimExecutor::Submit(TransferOp op, std::span<const OpId> after) {
   const HardwareOptions& hw = impl_->hw;
@@ -614,6 +669,7 @@ OpId SimExecutor::Submit(ComputeOp op, std::span<const OpId> after) {
 }
 
 Status SimExecutor::Wait(OpId op) {
+  impl_->CatchUp();
   if (impl_->multi()) {
     // A completed op: no wait, no hand-over (the contract; the Pipeline asks for the status
     // of the op WaitAny found done).
@@ -622,6 +678,7 @@ Status SimExecutor::Wait(OpId op) {
     me.kind = Impl::Waiter::Kind::kOp;
     me.op = op;
     impl_->Block(me);
+    impl_->Woke();
     return Status::OK();
   }
   KVTIER_CHECK(impl_->maestro, "SimExecutor: Wait outside Run");
@@ -630,23 +687,29 @@ Status SimExecutor::Wait(OpId op) {
   impl_->wait_kind = Impl::WaitKind::kOp;
   impl_->awaited = op;
   impl_->RunEngineForWait();
+  impl_->Woke();
   return Status::OK();
 }
 
 std::size_t SimExecutor::WaitAny(std::span<const OpId> ops) {
   KVTIER_CHECK(!ops.empty(), "SimExecutor: WaitAny on nothing");
+  impl_->CatchUp();
   if (impl_->multi()) {
     Impl::Waiter& me = *impl_->holder;
     me.kind = Impl::Waiter::Kind::kAny;
     me.any = ops;
+    const bool blocked = !impl_->Satisfied(me);
     impl_->Block(me);
+    if (blocked) impl_->Woke();
     return me.any_index;
   }
   KVTIER_CHECK(impl_->maestro, "SimExecutor: WaitAny outside Run");
   impl_->graveyard.clear();
   impl_->wait_kind = Impl::WaitKind::kAny;
   impl_->awaited_any = ops;
+  const bool blocked = !impl_->MaestroWaitSatisfied();
   impl_->RunEngineForWait();
+  if (blocked) impl_->Woke();
   for (std::size_t i = 0; i < ops.size(); ++i) {
     if (impl_->IsDone(ops[i])) return i;
   }
@@ -669,6 +732,7 @@ void SimExecutor::Impl::ObserveFinished() {
 }
 
 bool SimExecutor::Done(OpId op) {
+  impl_->CatchUp();
   impl_->ObserveFinished();
   return impl_->IsDone(op);
 }
@@ -683,6 +747,7 @@ bool SimExecutor::Watch(OpId op) {
 }
 
 void SimExecutor::TakeDone(std::vector<OpId>* out) {
+  impl_->CatchUp();
   impl_->ObserveFinished();  // as Done does: what it would say true for now
   out->insert(out->end(), impl_->done_watched.begin(), impl_->done_watched.end());
   impl_->done_watched.clear();
@@ -699,6 +764,7 @@ OpTimes SimExecutor::Retire(OpId op) {
 }
 
 void SimExecutor::IdleUntil(Seconds t) {
+  impl_->CatchUp();
   if (impl_->multi()) {
     if (Now() >= t) return;
     Impl::Waiter& me = *impl_->holder;
@@ -715,6 +781,7 @@ void SimExecutor::IdleUntil(Seconds t) {
 }
 
 void SimExecutor::Drain() {
+  impl_->CatchUp();
   if (impl_->multi()) {
     Impl::Waiter& me = *impl_->holder;
     me.kind = Impl::Waiter::Kind::kDrain;

@@ -31,6 +31,16 @@
 // transfers and walks the engine's list of them, so thousands of piled-up stores (an
 // overloaded replay) made each activity ~100x dearer with no limit (docs/performance.md).
 //
+// The driving thread's own time (cpu.driver_op_cost, cpu.driver_wake; 0 in every shipped
+// profile): hw's driver plans and submits on a CPU, and after a wait that blocked it runs again
+// only once woken. The simulator keeps a driver clock per driving body: each Submit charges
+// driver_op_cost on it and the op is submitted (stamped, released) at the new time; a wait
+// that blocked sets it to the op's end + driver_wake. The clock runs ahead of the engine
+// without running it; every call through which the body observes time or completion (Now,
+// Done, TakeDone, Wait, WaitAny, IdleUntil, Drain) first runs the engine up to it, so the
+// body sees what hw's driver sees after spending that time, while transfers already released
+// proceed meanwhile.
+//
 // Dependencies (`after`) are resolved here, not by SimGrid: an op whose dependencies are
 // pending waits in a list and is started at the exact simulated time its last dependency
 // completes.

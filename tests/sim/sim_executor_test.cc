@@ -324,6 +324,89 @@ TEST(SimExecutorGolden, OpOverheadDelaysEveryTransferOnce) {
   EXPECT_NEAR(c.start_s, b.end_s, 1e-15);
 }
 
+// cpu.driver_op_cost: each Submit costs the driving thread 20 us on its own clock, which runs
+// ahead of the engine; an op is submitted (and released) at the driver's time, so a burst of
+// submissions releases its ops 20 us apart, and Now() after them is the driver's time.
+TEST(SimExecutorGolden, DriverOpCostReleasesEachSubmissionOnTheDriversClock) {
+  HardwareOptions hw = Hw();
+  hw.cpu_driver_op_cost = 20e-6;
+  SimExecutor ex(Model(), hw);
+  OpTimes a, b, c;
+  Seconds after_submits = -1, after_wait = -1;
+  ex.Run([&] {
+    OpId x = ex.Submit(Xfer(TransferKind::kH2D, 25000000), {});          // 1 ms of PCIe
+    OpId y = ex.Submit(Xfer(TransferKind::kH2D, 25000000), std::vector<OpId>{x});
+    OpId z = ex.Submit(Xfer(TransferKind::kD2H, 25000000), {});   // 1 ms the other way
+    after_submits = ex.Now();
+    ASSERT_TRUE(ex.Wait(y).ok());
+    after_wait = ex.Now();
+    ex.Wait(z);
+    a = ex.Retire(x), b = ex.Retire(y), c = ex.Retire(z);
+  });
+  EXPECT_NEAR(a.submit_s, 20e-6, 1e-12);
+  EXPECT_NEAR(a.start_s, 20e-6, 1e-12);
+  EXPECT_NEAR(a.end_s, 20e-6 + 1e-3, 1e-12);
+  EXPECT_NEAR(b.submit_s, 40e-6, 1e-12);
+  EXPECT_NEAR(b.start_s, a.end_s, 1e-12);  // its dependency ends after its release
+  EXPECT_NEAR(b.end_s, a.end_s + 1e-3, 1e-12);
+  EXPECT_NEAR(c.start_s, 60e-6, 1e-12);   // independent: released third
+  EXPECT_NEAR(c.end_s, 60e-6 + 1e-3, 1e-12);
+  EXPECT_NEAR(after_submits, 60e-6, 1e-12);
+  EXPECT_NEAR(after_wait, b.end_s, 1e-12);  // no wake-up cost set
+}
+
+// cpu.driver_wake: a wait that blocked returns to a driver that runs 30 us after the op's end
+// (later submissions start from there); a wait on an op already done costs nothing.
+TEST(SimExecutorGolden, DriverWakeFollowsOnlyAWaitThatBlocked) {
+  HardwareOptions hw = Hw();
+  hw.cpu_driver_wake = 30e-6;
+  SimExecutor ex(Model(), hw);
+  OpTimes a, b;
+  Seconds woke = -1, idle = -1, no_wake = -1;
+  ex.Run([&] {
+    OpId x = ex.Submit(Xfer(TransferKind::kH2D, 25000000), {});  // 1 ms
+    ex.Wait(x);
+    woke = ex.Now();
+    OpId y = ex.Submit(Xfer(TransferKind::kH2D, 25000000), {});
+    ex.IdleUntil(5e-3);
+    idle = ex.Now();
+    ex.Wait(y);  // done at 2.03 ms: did not block
+    no_wake = ex.Now();
+    a = ex.Retire(x), b = ex.Retire(y);
+  });
+  EXPECT_NEAR(a.end_s, 1e-3, 1e-12);
+  EXPECT_NEAR(woke, 1e-3 + 30e-6, 1e-12);
+  EXPECT_NEAR(b.start_s, 1e-3 + 30e-6, 1e-12);
+  EXPECT_NEAR(b.end_s, 2e-3 + 30e-6, 1e-12);
+  EXPECT_NEAR(idle, 5e-3, 1e-12);
+  EXPECT_NEAR(no_wake, 5e-3, 1e-12);
+}
+
+// With several driving actors each has its own driver clock: both first submissions are
+// released at 20 us, and actor 1's second one at 40 us although actor 0 submitted in between.
+TEST(SimExecutorGolden, EachDrivingActorHasItsOwnDriverClock) {
+  HardwareOptions hw = Hw();
+  hw.cpu_driver_op_cost = 20e-6;
+  SimExecutor ex(Model(), hw);
+  std::vector<OpTimes> first(2), second(2);
+  ex.Run(2, [&](int actor) {
+    // Two 1-us gathers each (both actors' share the CPU, which changes their ends only).
+    OpId x = ex.Submit(Xfer(TransferKind::kCpuGather, 8000, 0), {});  // 1 us of gather
+    OpId y = ex.Submit(Xfer(TransferKind::kCpuGather, 8000, 0), {});
+    ex.Wait(x);
+    ex.Wait(y);
+    first[std::size_t(actor)] = ex.Retire(x);
+    second[std::size_t(actor)] = ex.Retire(y);
+    ex.Drain();
+  });
+  for (int actor = 0; actor < 2; ++actor) {
+    EXPECT_NEAR(first[std::size_t(actor)].submit_s, 20e-6, 1e-12) << actor;
+    EXPECT_NEAR(first[std::size_t(actor)].start_s, 20e-6, 1e-12) << actor;
+    EXPECT_NEAR(second[std::size_t(actor)].submit_s, 40e-6, 1e-12) << actor;
+    EXPECT_NEAR(second[std::size_t(actor)].start_s, 40e-6, 1e-12) << actor;
+  }
+}
+
 TEST(SimExecutorGolden, ComputeTakesTheCostModelsTime) {
   ModelSpec m = Model();
   HardwareOptions hw = Hw();
