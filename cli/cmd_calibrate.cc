@@ -8,15 +8,24 @@
 // gather row one token's K of one layer, and the queue depth ssd.queue_depth. With
 // --layer-table as well, the host backend's real compute is timed per layer step for the
 // experiment's model (hw/calibrate.h MeasureLayerTable) into NAME.layers.csv beside the
-// profile, and the profile's [gpu] layer_table names it.
+// profile, and the profile's [gpu] layer_table names it. With --driver as well, the driving
+// thread is timed on the Pipeline's own code (MeasureDriver below) for cpu.driver_op_cost and
+// cpu.driver_wake.
+
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
 
+#include "analysis/results_db.h"
 #include "cli/command_line.h"
 #include "cli/commands.h"
 #include "core/config.h"
@@ -30,10 +39,106 @@ namespace kvtier::cli {
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
 
+namespace {
+
+// Runs argv (stdout and stderr to /dev/null); returns its exit code, 128 + signal, or -1.
+int SpawnQuiet(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    std::FILE* null = std::freopen("/dev/null", "w", stdout);
+    if (null != nullptr) dup2(fileno(stdout), STDERR_FILENO);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+// The driving thread's time (cpu.driver_op_cost, cpu.driver_wake), timed on the Pipeline's own
+// code: `kvtier hw` runs each of the experiment's systems over its first W requests, W =
+// run.warmup_requests -- the requests `kvtier validate` serves but leaves out of its
+// statistics, so a validation never measures what calibrated it -- or 5 without warm-ups; each
+// run's executor reports the driving thread's awake time (from
+// returning out of a wait to entering the next: planning, submitting, bookkeeping), the ops it
+// submitted, its waits that blocked and their wake-ups (hw/hw_executor.h). Pooled over the
+// systems: driver_op_cost = sum awake / sum ops, driver_wake = sum wake-up / sum blocked
+// waits. Prints each system's own numbers on stderr.
+void MeasureDriver(const std::string& config_path, const ExperimentOptions& e,
+                   const std::string& dir, hw::CalibrateResult* r) {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) throw InputError("--driver: cannot find the kvtier binary (/proc/self/exe)");
+  const long long requests = e.run.warmup_requests > 0 ? e.run.warmup_requests : 5;
+  const fs::path db = fs::path(dir) / ("kvtier_driver_" + std::to_string(getpid()) + ".sqlite");
+  fs::remove(db, ec);
+  const std::vector<std::string> argv = {
+      self.string(), "hw", "--config", config_path, "--out", db.string(), "--quiet",
+      "--run.max_requests=" + std::to_string(requests), "--run.warmup_requests=0"};
+  std::fprintf(stderr, "kvtier calibrate: driving thread: kvtier hw of %s's systems over %lld "
+               "requests ...\n", config_path.c_str(), requests);
+  const int rc = SpawnQuiet(argv);
+  struct Sums { double awake = 0, ops = 0, wake = 0, blocked = 0; };
+  std::map<std::string, Sums> per_system;
+  if (rc == 0) {
+    ResultsDb results(db.string());
+    sqlite3_stmt* st = nullptr;
+    const char* sql =
+        "SELECT r.system, m.name, m.value FROM metrics m JOIN runs r USING (run_id) "
+        "WHERE r.mode = 'hw' AND r.complete = 1 AND m.name IN ('hw.driver_awake_s', "
+        "'hw.driver_ops', 'hw.driver_wake_s', 'hw.driver_blocked_waits')";
+    if (sqlite3_prepare_v2(results.handle(), sql, -1, &st, nullptr) == SQLITE_OK) {
+      while (sqlite3_step(st) == SQLITE_ROW) {
+        Sums& x = per_system[reinterpret_cast<const char*>(sqlite3_column_text(st, 0))];
+        const std::string name = reinterpret_cast<const char*>(sqlite3_column_text(st, 1));
+        const double v = sqlite3_column_double(st, 2);
+        if (name == "hw.driver_awake_s") x.awake += v;
+        if (name == "hw.driver_ops") x.ops += v;
+        if (name == "hw.driver_wake_s") x.wake += v;
+        if (name == "hw.driver_blocked_waits") x.blocked += v;
+      }
+    }
+    sqlite3_finalize(st);
+  }
+  fs::remove(db, ec);
+  if (rc != 0 || per_system.empty()) {
+    throw InputError("--driver: `kvtier hw --config " + config_path + "` over " +
+                     std::to_string(requests) + " requests failed (exit " + std::to_string(rc) +
+                     "); run it yourself to see why");
+  }
+  Sums all;
+  for (const auto& [system, x] : per_system) {
+    std::fprintf(stderr, "  driver %-16s %6.0f ops %8.3f ms awake: %7.2f us/op; %5.0f blocked "
+                 "waits: %7.2f us wake-up\n", system.c_str(), x.ops, x.awake * 1e3,
+                 x.ops > 0 ? x.awake / x.ops * 1e6 : 0.0, x.blocked,
+                 x.blocked > 0 ? x.wake / x.blocked * 1e6 : 0.0);
+    all.awake += x.awake, all.ops += x.ops, all.wake += x.wake, all.blocked += x.blocked;
+  }
+  if (all.ops <= 0) throw InputError("--driver: the hw runs submitted no operation");
+  r->driver_op_cost_s = all.awake / all.ops;
+  r->driver_wake_s = all.blocked > 0 ? all.wake / all.blocked : 0;
+  r->driver_method = "kvtier hw of " + fs::path(config_path).filename().string() + "'s " +
+                     std::to_string(per_system.size()) + " systems over their first " +
+                     std::to_string(requests) + (requests == 1 ? " request" : " requests") +
+                     ": driving-thread awake time / ops submitted, wake-up time / "
+                     "blocked waits, pooled over the systems";
+}
+
+}  // namespace
+
 int RunCalibrate(const Args& args) {
   po::options_description desc("kvtier calibrate options");
   std::string out, config_path;
-  bool layer_table = false;
+  bool layer_table = false, driver = false;
   hw::CalibrateOptions o;
   desc.add_options()("help,h", "show this help")(
       "out", po::value(&out)->required(), "hardware profile INI to write")(
@@ -48,7 +153,11 @@ int RunCalibrate(const Args& args) {
       "measure a file system without O_DIRECT (marked in the profile)")(
       "layer-table", po::bool_switch(&layer_table),
       "also time the host backend's real compute per layer step for the --config model into "
-      "NAME.layers.csv, named by the profile's gpu.layer_table");
+      "NAME.layers.csv, named by the profile's gpu.layer_table")(
+      "driver", po::bool_switch(&driver),
+      "also time the driving thread on the Pipeline's own code (cpu.driver_op_cost, "
+      "cpu.driver_wake): kvtier hw of the --config experiment's systems over its warm-up "
+      "requests (5 without warm-ups)");
   po::variables_map vm;
   StoreArgs("calibrate", args, desc, desc, &vm);
   if (vm.count("help")) {
@@ -58,6 +167,9 @@ int RunCalibrate(const Args& args) {
   NotifyArgs("calibrate", &vm);
   if (layer_table && config_path.empty()) {
     throw InputError("--layer-table: needs --config (the experiment whose model to measure)");
+  }
+  if (driver && config_path.empty()) {
+    throw InputError("--driver: needs --config (the experiment whose systems to run)");
   }
   std::optional<ExperimentOptions> experiment;
   if (!config_path.empty()) {
@@ -129,6 +241,7 @@ int RunCalibrate(const Args& args) {
     if (!tf) throw InputError(table_path.string() + ": cannot write");
     o.layer_table = table_path.filename().string();
   }
+  if (driver) MeasureDriver(config_path, *experiment, o.dir, &r);
   const std::string ini = hw::ProfileIni(o, r);
   if (out_path.has_parent_path()) fs::create_directories(out_path.parent_path());
   std::ofstream f(out);

@@ -640,6 +640,7 @@ std::string ProfileIni(const CalibrateOptions& o, const CalibrateResult& r) {
     src += "; cpu.shared_copy_bw: two threads copying cold blocks at once, bytes both copied / wall time";
   }
   src += "; cpu.op_overhead: median time between the ops of read -> h2d -> compute chains through the executor; gpu.kernel_overhead: median worker-thread hand-off";
+  if (!r.driver_method.empty()) src += "; cpu.driver_op_cost/driver_wake: " + r.driver_method;
   s += "[hardware]\nname = " + name + "\nsource = " + src + "\n\n";
   s += "[ssd]\nread_bw = " + Fmt("%.4fGB/s", r.ssd_read_bw / 1e9) + "\nwrite_bw = " +
        Fmt("%.4fGB/s", r.ssd_write_bw / 1e9) + "\nlatency = " + Fmt("%.2fus", r.ssd_latency_s * 1e6) +
@@ -651,6 +652,10 @@ std::string ProfileIni(const CalibrateOptions& o, const CalibrateResult& r) {
        Fmt("%.4fus", r.gather_run_cost_s * 1e6) + "\nop_overhead = " +
        Fmt("%.3fus", r.op_overhead_s * 1e6) + "\n";
   if (r.shared_copy_bw > 0) s += "shared_copy_bw = " + Fmt("%.4fGB/s", r.shared_copy_bw / 1e9) + "\n";
+  if (!r.driver_method.empty()) {
+    s += "driver_op_cost = " + Fmt("%.3fus", r.driver_op_cost_s * 1e6) + "\ndriver_wake = " +
+         Fmt("%.3fus", r.driver_wake_s * 1e6) + "\n";
+  }
   s += "\n";
   s += "[pcie]\nh2d_bw = " + Fmt("%.4fGB/s", r.h2d_bw / 1e9) + "\nd2h_bw = " +
        Fmt("%.4fGB/s", r.d2h_bw / 1e9) + "\nlatency = " + Fmt("%.4fus", r.pcie_latency_s * 1e6) +

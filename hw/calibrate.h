@@ -110,6 +110,10 @@ struct CalibrateResult {
   double h2d_bw = 0, d2h_bw = 0, pcie_latency_s = 0;
   double gemm_flops = 0, mem_bw = 0, kernel_overhead_s = 0;
   double op_overhead_s = 0;  // cpu.op_overhead
+  // cpu.driver_op_cost / cpu.driver_wake (both 0: not measured, not written) and how
+  // (kvtier calibrate --driver: hw runs of the experiment's systems; cli/cmd_calibrate.cc).
+  double driver_op_cost_s = 0, driver_wake_s = 0;
+  std::string driver_method;
   std::string gpu_name;
   double seconds = 0;       // how long calibration took
   std::string load_before, load_after;  // /proc/loadavg's 1/5/15-minute averages ("" if absent)

@@ -943,6 +943,7 @@ struct HwExecutor::Impl {
 
   // ---- the driving thread (HwExecutorStats::driver_*) ----
   std::int64_t driver_awake_since_ns = 0;  // 0: asleep, or not yet seen
+  std::uint64_t driver_ops = 0;  // Submit calls; only the driving thread touches it
   void DriverSleeps() {
     if (driver_awake_since_ns == 0) return;
     const std::int64_t now = MonotonicNowNs();
@@ -1179,6 +1180,7 @@ Status HwExecutor::ResetClock() {
 Seconds HwExecutor::Now() { return impl_->Now(); }
 
 OpId HwExecutor::Submit(TransferOp op, std::span<const OpId> after) {
+  ++impl_->driver_ops;
   auto s = std::make_shared<Impl::OpState>();
   s->is_transfer = true;
   s->t = std::move(op);
@@ -1186,6 +1188,7 @@ OpId HwExecutor::Submit(TransferOp op, std::span<const OpId> after) {
 }
 
 OpId HwExecutor::Submit(ComputeOp op, std::span<const OpId> after) {
+  ++impl_->driver_ops;
   auto s = std::make_shared<Impl::OpState>();
   s->is_transfer = false;
   s->c = op;
@@ -1331,6 +1334,7 @@ void HwExecutor::Drain() {
 HwExecutorStats HwExecutor::stats() const {
   std::lock_guard<std::mutex> l(impl_->stats_mu);
   HwExecutorStats s = impl_->st;
+  s.driver_ops = impl_->driver_ops;
   s.decode_home_wraps = impl_->decode_home->wraps();
   return s;
 }

@@ -151,6 +151,7 @@ struct HwExecutorStats {
   // charges no time for), the waits that blocked, and for those the time from the op's end to
   // the thread running again (its wake-up).
   double driver_awake_s = 0;
+  std::uint64_t driver_ops = 0;  // ops it submitted (cpu.driver_op_cost = awake / ops)
   std::uint64_t driver_blocked_waits = 0;
   double driver_wake_s = 0;
   // Decode: offloads that wrapped past the end of the decode home (hw/decode_home.h).

@@ -259,6 +259,7 @@ class HwBackend : public ExperimentBackend {
     log.LogMetric("hw.source_standins", double(xs.source_standins));
     log.LogMetric("hw.compute_busy_s", xs.compute_busy_s);
     log.LogMetric("hw.driver_awake_s", xs.driver_awake_s);
+    log.LogMetric("hw.driver_ops", double(xs.driver_ops));
     log.LogMetric("hw.driver_blocked_waits", double(xs.driver_blocked_waits));
     log.LogMetric("hw.driver_wake_s", xs.driver_wake_s);
     if (opts_.system.decode.on()) {

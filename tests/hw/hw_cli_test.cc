@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -104,6 +105,56 @@ TEST(KvtierCalibrate, LayerTableIsWrittenBesideTheProfileAndLoads) {
             2)
       << out;
   EXPECT_NE(out.find("--config"), std::string::npos) << out;
+}
+
+// --driver: the driving thread timed on the Pipeline's own code -- kvtier hw of the
+// experiment's systems over its warm-up requests (here 2) -- gives cpu.driver_op_cost and
+// cpu.driver_wake, each system's numbers on stderr, and a profile the simulator reads.
+TEST(KvtierCalibrate, DriverIsTimedOnTheExperimentsSystems) {
+  testing::ScratchDir dir;
+  const std::string d = dir.path();
+  std::string out;
+  ASSERT_EQ(RunCmd(Kvtier() + " trace gen --quiet --out " + d + "/t.trace --requests 6 --prompts 2 "
+                "--tasks 1 --examples_min 1 --examples_max 2 --example_tokens 200 "
+                "--example_tokens_sd 20 --rate 50 --model-name smollm2-135m --model-layers 30 "
+                "--model-heads 9 --model-kv-heads 3 --vocab 49152 --calibration_tokens 256",
+                &out), 0) << out;
+  std::ofstream(d + "/exp.ini")
+      << "[include]\nmodel = smollm2-135m\nhardware = a100-pcie4-nvme\nsystem = as\n"
+         "[experiment]\nname = driver-test\nsystems = as,spec\n[workload]\ntrace = t.trace\n"
+         "[cache]\ngpu_capacity = 4MiB\ncpu_capacity = 16MiB\n[run]\nwarmup_requests = 2\n"
+         "[hw]\nbackend = host\nmax_memory = 256MiB\n";
+  const std::string ini = d + "/hardware/box.ini";
+  out.clear();
+  ASSERT_EQ(RunCmd(Kvtier() + " calibrate --quick --config " + d + "/exp.ini --driver --out " + ini,
+                   &out),
+            0)
+      << out;
+  for (const char* line : {"driver as ", "driver spec ", "us/op", "us wake-up"}) {
+    EXPECT_NE(out.find(line), std::string::npos) << line << " missing in\n" << out;
+  }
+  std::ifstream f(ini);
+  std::stringstream text;
+  text << f.rdbuf();
+  for (const char* key : {"\ndriver_op_cost = ", "\ndriver_wake = ",
+                          "cpu.driver_op_cost/driver_wake: kvtier hw of exp.ini's 2 systems over "
+                          "their first 2 requests"}) {
+    EXPECT_NE(text.str().find(key), std::string::npos) << key << " missing in\n" << text.str();
+  }
+  const std::string run = d + "/run.ini";
+  std::ofstream(run) << "[include]\nmodel = smollm2-135m\nhardware = " << ini << "\nsystem = spec\n";
+  const ExperimentOptions o = BuildOptions(Config::Load(run, {}));
+  EXPECT_GT(o.hardware.cpu_driver_op_cost, 0);
+  EXPECT_LT(o.hardware.cpu_driver_op_cost, 0.05);  // seconds per op: a loaded machine, not a hang
+  EXPECT_GE(o.hardware.cpu_driver_wake, 0);
+  // The scratch results database is gone; without --config there is nothing to run.
+  for (const auto& entry : std::filesystem::directory_iterator(d + "/hardware")) {
+    EXPECT_EQ(entry.path().filename().string().rfind("kvtier_driver_", 0), std::string::npos)
+        << entry.path();
+  }
+  out.clear();
+  EXPECT_EQ(RunCmd(Kvtier() + " calibrate --quick --driver --out " + d + "/x.ini", &out), 2) << out;
+  EXPECT_NE(out.find("--driver: needs --config"), std::string::npos) << out;
 }
 
 TEST(KvtierCalibrate, RejectsBadArguments) {

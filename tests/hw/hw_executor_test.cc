@@ -365,6 +365,7 @@ TEST(HwExecutor, DriverTimeBetweenWaitsAndItsWakeUpsAreCounted) {
   ASSERT_TRUE(ex->Wait(b).ok());  // done already: not a blocked wait
   const HwExecutorStats st = ex->stats();
   EXPECT_EQ(st.driver_blocked_waits, 2u);
+  EXPECT_EQ(st.driver_ops, 2u);  // what cpu.driver_op_cost divides the awake time by
   EXPECT_GE(st.driver_awake_s, 0.030);
   EXPECT_LT(st.driver_awake_s, 0.060 + 0.5);  // the sleep and two returns, on a loaded machine
   EXPECT_GE(st.driver_wake_s, 0.0);
