@@ -106,7 +106,12 @@ void LoadPlanner::Map(const Match& match, const RadixTree& tree) {
       const std::uint64_t key = (std::uint64_t{piece.segment} << 32) | chunk;
       if (key != last_key) {
         auto [it, inserted] = slot_index.emplace(key, std::uint32_t(slots_.size()));
-        if (inserted) slots_.push_back({piece.segment, chunk, seg->TokensInChunk(chunk, ct)});
+        if (inserted) {
+          const auto known = std::find(segments_.begin(), segments_.end(), piece.segment);
+          const auto index = std::uint32_t(known - segments_.begin());
+          if (known == segments_.end()) segments_.push_back(piece.segment);
+          slots_.push_back({piece.segment, chunk, seg->TokensInChunk(chunk, ct), index});
+        }
         last_key = key;
         last_slot = it->second;
       }
@@ -129,6 +134,9 @@ void LoadPlanner::Map(const Match& match, const RadixTree& tree) {
   }
   prefetched_.Reset(nslots);
   current_.Reset(nslots);
+  if (run_.system().reorder) {
+    run_.layout_bytes.assign(std::size_t(run_.model().layers) * segments_.size(), 0.0);
+  }
 }
 
 std::int64_t LoadPlanner::BeginLayer() {
@@ -350,6 +358,10 @@ void LoadPlanner::Plan(int layer, KvKind kind, const Selection& sel, bool demand
   const TransferStrategy strategy = run_.system().transfer_strategy;
   const bool extent_reads = run_.system().ssd_read_unit == SsdReadUnit::kExtent;
   const bool kv_demand = demand && kind != KvKind::kProbeKey;
+  // The reorderer's rent: loads that follow the layout (not of the whole prefix), K and V.
+  double* layout_bytes = kv_demand && !whole_prefix && !run_.layout_bytes.empty()
+                             ? run_.layout_bytes.data() + std::size_t(layer) * segments_.size()
+                             : nullptr;
   for (std::size_t s = 0; s < nslots; ++s) {
     if (count[s] == 0) continue;
     run_.kv_chunks += kv_demand;
@@ -369,6 +381,9 @@ void LoadPlanner::Plan(int layer, KvKind kind, const Selection& sel, bool demand
     // Demand: one cache access per use (SPEC §IV-D2); where the chunk was decides the source.
     // Its moves become background transfers below.
     Tier tier = Tier::kSsd;
+    // The rent's price of this chunk (see the file comment): a whole chunk, read from the SSD
+    // or held in memory, unless an extent read says less below.
+    Bytes price = chunk_bytes;
     if (demand) {
       const double ratio = double(r.size()) / double(std::max(1, slot.tokens));
       moves.clear();
@@ -413,12 +428,14 @@ void LoadPlanner::Plan(int layer, KvKind kind, const Selection& sel, bool demand
       // the SSD: a chunk the cache admits must be whole in memory, and a prefetched chunk's
       // demand access (which may admit it) comes a layer later.
       bool admitted = false;
-      if (extent_reads && demand && partial) {
+      if (extent_reads && demand) {
         for (const CacheMove& m : moves) admitted |= m.chunk == id && m.from == Tier::kSsd;
       }
       if (extent_reads && demand && partial && !admitted) {
         extents.clear();
         const Bytes read = AppendExtents(r, token_bytes, chunk_bytes, &extents);
+        // Packing saves of an extent read only what it reads beyond the rows.
+        price = read - Bytes(r.size()) * token_bytes;
         group->ssd_read.bytes += read;
         group->ssd_read.ios += std::max<std::uint32_t>(1, std::uint32_t(extents.size()));
         if (detail) group->ssd_read.chunks.push_back({id, read, {}, extents});
@@ -426,10 +443,13 @@ void LoadPlanner::Plan(int layer, KvKind kind, const Selection& sel, bool demand
         group->ssd_read.bytes += chunk_bytes;
         ++group->ssd_read.ios;
         if (detail) group->ssd_read.chunks.push_back({id, chunk_bytes, {}, {}});
+        // Every row needed, and the chunk not admitted: any layout reads all of its rows.
+        if (extent_reads && demand && !admitted) price = 0;
       }
       AddRows(strategy, {id, kind, r, whole ? 1 : CountRuns(r), move_bytes, chunk_bytes, whole},
               detail, &group->from_ssd);
     }
+    if (layout_bytes != nullptr) layout_bytes[slot.segment_index] += double(price);
 
     if (!demand) {
       PrefetchTable::Entry& e = prefetched_.At(kind, s);

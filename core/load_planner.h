@@ -26,6 +26,12 @@
 // thread_local scratch, takes whole-prefix rows from the per-request table and shared
 // selections from a cached layout, and reuses the cache lookup a prefetch made (ChunkRef).
 //
+// With reorder.enabled a demand plan also prices, per layer and segment, what its K and V loads
+// of a kept set cost the request (RequestRun::layout_bytes, the reorderer's rent, core/
+// reorderer.h): each chunk at the bytes it moved from the SSD (a whole chunk, or for an extent
+// read the extents beyond the needed rows, which any layout reads) or at the memory it holds
+// (a whole chunk); loads of the whole prefix cost the same in any layout and are not priced.
+//
 // One LoadPlanner per request (a member of RequestRun); not thread-safe.
 
 #include <cstdint>
@@ -65,6 +71,10 @@ class LoadPlanner {
   // Maps R (the tokens `match` reuses) to stored chunks and rows and resets the prefetch
   // tables. REQUIRES: every piece of `match` names a live segment of `tree`.
   void Map(const Match& match, const RadixTree& tree);
+
+  // The segments Map found, in order of first use: RequestRun::layout_bytes is indexed by
+  // layer * segments().size() + the segment's index here.
+  std::span<const std::uint32_t> segments() const { return segments_; }
 
   // Starts a layer: what was prefetched for it becomes current, the table for the next layer
   // is emptied. Returns how many chunks were prefetched for this layer.
@@ -129,6 +139,7 @@ class LoadPlanner {
     std::uint32_t segment;
     std::uint32_t chunk;
     int tokens;
+    std::uint32_t segment_index;  // in segments_
   };
 
   // The per-slot rows of the last shared selection Plan laid out (tokens, counts, offsets,
@@ -145,6 +156,7 @@ class LoadPlanner {
 
   RequestRun& run_;
   std::vector<Slot> slots_;
+  std::vector<std::uint32_t> segments_;
   std::vector<std::uint32_t> slot_of_;  // per R token
   std::vector<std::uint16_t> row_of_;   // per R token
   SharedLayout shared_layout_;

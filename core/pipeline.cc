@@ -413,10 +413,11 @@ void Pipeline::RepackSegment(RequestRun& rs, RequestId request, std::uint32_t ol
   rs.SubmitTransfer(std::move(write), {g_gpu, g_rest}, true);
   // Why: the evidence (reuses measured, chunks their layers touched stored and packed) against
   // the repack's SSD bytes, and what the repack took from memory.
-  char why[160];
-  std::snprintf(why, sizeof why, ": %lld reuses, %.0f -> %.0f chunks (saving %.4f), %.0f B",
+  char why[200];
+  std::snprintf(why, sizeof why,
+                ": %lld reuses, %.0f -> %.0f chunks (saving %.4f), rent %.0f B, %.0f B",
                 (long long)evidence.reuses, evidence.stored_chunks, evidence.packed_chunks,
-                evidence.Saving(), cost);
+                evidence.Saving(), evidence.rent_bytes, cost);
   log_->LogDecision({request, -1, "reorder", 0,
                      "segment " + std::to_string(old_id) + " -> " + std::to_string(new_id) + why,
                      /*timing_dependent=*/true});
@@ -428,14 +429,28 @@ void Pipeline::RecordEvidence(const RequestRun& rs) {
   for (const MatchPiece& piece : rs.match.pieces) segments.push_back(piece.segment);
   std::sort(segments.begin(), segments.end());
   segments.erase(std::unique(segments.begin(), segments.end()), segments.end());
+  // What each layer's loads of the segment cost (the rent's price), when the planner priced a
+  // kept set per layer: kept_sets has one per layer in layer order (the layer-wise schedule).
+  const std::span<const std::uint32_t> mapped = rs.planner().segments();
+  const std::size_t layers = rs.kept_sets.size();
+  const bool priced = layers == std::size_t(model_.layers) &&
+                      rs.layout_bytes.size() == layers * mapped.size();
   std::vector<Reorderer::Piece> pieces;
+  std::vector<double> layer_bytes;
   for (std::uint32_t id : segments) {
     if (tree_->FindSegment(id) == nullptr) continue;
     pieces.clear();
     for (const MatchPiece& p : rs.match.pieces) {
       if (p.segment == id) pieces.push_back({p.prefix_begin, p.prefix_end, p.segment_begin});
     }
-    reorderer_->RecordEvidence(*tree_, id, pieces, rs.kept_sets);
+    layer_bytes.clear();
+    const auto index = std::size_t(std::find(mapped.begin(), mapped.end(), id) - mapped.begin());
+    if (priced && index < mapped.size()) {
+      for (std::size_t l = 0; l < layers; ++l) {
+        layer_bytes.push_back(rs.layout_bytes[l * mapped.size() + index]);
+      }
+    }
+    reorderer_->RecordEvidence(*tree_, id, pieces, rs.kept_sets, layer_bytes);
   }
 }
 

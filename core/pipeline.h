@@ -168,6 +168,7 @@ class Pipeline {
 
   const TieredCache& cache() const { return *cache_; }
   const RadixTree& tree() const { return *tree_; }
+  const Reorderer& reorderer() const { return *reorderer_; }
   const PipelineTotals& totals() const { return totals_; }
 
  private:

@@ -43,10 +43,13 @@ void Reorderer::Record(std::uint32_t segment, std::int64_t segment_tokens, std::
 // token keeps its chunk-mates more often), so it understated what packing saves.
 void Reorderer::RecordEvidence(const RadixTree& tree, std::uint32_t id,
                                std::span<const Piece> pieces,
-                               std::span<const TokenSet> layer_sets) {
+                               std::span<const TokenSet> layer_sets,
+                               std::span<const double> layer_bytes) {
   auto it = stats_.find(id);
   if (it == stats_.end() || it->second.mean.empty()) return;  // no history to pack by yet
   Stats& s = it->second;
+  KVTIER_CHECK(layer_bytes.empty() || layer_bytes.size() == layer_sets.size(),
+               "Reorderer::RecordEvidence: layer_bytes and layer_sets differ in length");
   const Segment* seg = tree.FindSegment(id);
   KVTIER_CHECK(seg != nullptr, "Reorderer::RecordEvidence: unknown segment");
   KVTIER_CHECK(std::int64_t(s.mean.size()) == seg->tokens,
@@ -74,8 +77,11 @@ void Reorderer::RecordEvidence(const RadixTree& tree, std::uint32_t id,
   stamp_packed.assign(packed.num_chunks, 0);
   std::uint32_t stamp = 0;
   std::int64_t stored = 0, packed_count = 0;
-  for (const TokenSet& set : layer_sets) {
+  double rent = 0;
+  for (std::size_t l = 0; l < layer_sets.size(); ++l) {
+    const TokenSet& set = layer_sets[l];
     ++stamp;
+    std::int64_t layer_stored = 0, layer_packed = 0;
     for (const Piece& p : pieces) {
       auto b = std::lower_bound(set.begin(), set.end(), p.prefix_begin);
       auto e = std::lower_bound(b, set.end(), p.prefix_end);
@@ -83,26 +89,38 @@ void Reorderer::RecordEvidence(const RadixTree& tree, std::uint32_t id,
         const std::size_t offset =
             std::size_t(p.segment_begin + (std::int64_t(*t) - p.prefix_begin));
         const std::uint32_t now = chunk_now[offset], after = chunk_packed[offset];
-        stored += stamp_now[now] != stamp;
+        layer_stored += stamp_now[now] != stamp;
         stamp_now[now] = stamp;
-        packed_count += stamp_packed[after] != stamp;
+        layer_packed += stamp_packed[after] != stamp;
         stamp_packed[after] = stamp;
       }
+    }
+    stored += layer_stored;
+    packed_count += layer_packed;
+    // The rent: the share of the layer's chunks packing saves, of what its loads cost.
+    if (layer_bytes.empty()) {
+      rent += double(layer_stored - layer_packed) * double(options_.saved_chunk_bytes);
+    } else if (layer_stored > 0) {
+      rent += double(layer_stored - layer_packed) / double(layer_stored) * layer_bytes[l];
     }
   }
   ++s.reuses;
   s.stored_chunks += double(stored);
   s.packed_chunks += double(packed_count);
+  s.rent_bytes += rent;
 }
 
-// Rent or buy (see the header): due once the chunks the reuses since the last repack touched
-// beyond the packed layout's, in bytes, reach what the repack moves over the SSD now. In
-// chunks-per-reuse terms a segment is repacked after about
-//   repack bytes / (saved chunks per reuse * saved_chunk_bytes)
+// Rent or buy (see the header): due once the rent the reuses since the last repack paid
+// reaches what the repack moves over the SSD now. With every chunk whole and both kinds
+// following the kept set, a segment is repacked after about
+//   repack bytes / (saved chunks per reuse * K and V chunk bytes)
 // reuses, plus the wait for the next pass: on the reordering benchmark (bench/sim/
 // reorder_bench.sh: OPT-13B few-shot prompts of 2-10K tokens, importance fitted to the PIQA
 // recording, savings of 16-20% on ITF's sets) segments were repacked after 6 to 15 measured
-// reuses (docs/paper-comparison.md, "Reordering that pays").
+// reuses (docs/paper-comparison.md, "Reordering that pays"). The rent was first priced that
+// way for every layer; a layer where ITF falls back loads every key whatever the layout, so
+// its saved chunks are now worth their values only (measured by the planner, with the tier and
+// read unit of each chunk; see the header).
 std::vector<std::uint32_t> Reorderer::Due(
     const RadixTree& tree, const std::function<double(std::uint32_t)>& repack_bytes) const {
   std::vector<std::uint32_t> due;
@@ -110,12 +128,11 @@ std::vector<std::uint32_t> Reorderer::Due(
     if (s.accesses < options_.min_accesses || s.reuses == 0) continue;
     if (tree.FindSegment(id) == nullptr) continue;
     const double saved = s.stored_chunks - s.packed_chunks;
-    if (!(saved > 0)) continue;
+    if (!(saved > 0) || !(s.rent_bytes > 0)) continue;
     if (1.0 - s.packed_chunks / s.stored_chunks < options_.min_gain) continue;
-    const double saved_bytes = saved * double(options_.saved_chunk_bytes);
     // The writes alone (no cache lookups) first: most segments are far from due.
-    if (saved_bytes < double(s.mean.size()) * double(options_.written_bytes_per_token)) continue;
-    if (saved_bytes >= repack_bytes(id)) due.push_back(id);
+    if (s.rent_bytes < double(s.mean.size()) * double(options_.written_bytes_per_token)) continue;
+    if (s.rent_bytes >= repack_bytes(id)) due.push_back(id);
   }
   std::sort(due.begin(), due.end());
   return due;
@@ -131,7 +148,7 @@ Reorderer::Evidence Reorderer::EvidenceOf(std::uint32_t segment) const {
   auto it = stats_.find(segment);
   if (it == stats_.end()) return {};
   const Stats& s = it->second;
-  return {s.accesses, s.reuses, s.stored_chunks, s.packed_chunks};
+  return {s.accesses, s.reuses, s.stored_chunks, s.packed_chunks, s.rent_bytes};
 }
 
 void Reorderer::Repacked(std::uint32_t old_id, std::uint32_t new_id) {
@@ -141,7 +158,7 @@ void Reorderer::Repacked(std::uint32_t old_id, std::uint32_t new_id) {
   stats_.erase(it);
   s.accesses = 0;
   s.reuses = 0;
-  s.stored_chunks = s.packed_chunks = 0;
+  s.stored_chunks = s.packed_chunks = s.rent_bytes = 0;
   stats_[new_id] = std::move(s);
 }
 

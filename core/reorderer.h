@@ -17,14 +17,27 @@
 //
 // The repack decision (Due) is rent-or-buy: a repack is a one-time cost (the bytes it moves over
 // the SSD: the reads of chunks no cache holds, the writes of the repacked segment), each reuse
-// with the old layout pays a rent (the chunks its layers touch beyond what the packed layout
-// would). A segment is due once the rent already paid since its last repack -- (sum S - sum P)
-// chunks, each worth `saved_chunk_bytes` -- reaches the repack's cost: the break-even rule, which
-// never pays more than twice what an oracle knowing the segment's future reuses would (the
-// rent-or-buy bound), and needs no threshold to tune. `min_gain` optionally also requires the
-// saving share; `min_accesses` reuses since the last repack are always required. After a repack
-// the evidence starts over against the new layout, so a segment is repacked again only when the
-// history has drifted enough for another repack to pay for itself.
+// with the old layout pays a rent: what the chunks its layers touch beyond what the packed
+// layout would cost. A segment is due once the rent already paid since its last repack reaches
+// the repack's cost: the break-even rule, which never pays more than twice what an oracle
+// knowing the segment's future reuses would (the rent-or-buy bound), and needs no threshold to
+// tune. `min_gain` optionally also requires the saving share; `min_accesses` reuses since the
+// last repack are always required. After a repack the evidence starts over against the new
+// layout, so a segment is repacked again only when the history has drifted enough for another
+// repack to pay for itself.
+//
+// The rent is priced by what the reuse's loads really cost, layer by layer (RecordEvidence's
+// `layer_bytes`, measured by the load planner): a layer whose kept set touched S chunks stored
+// and would touch P packed pays (S - P) / S of the bytes of its loads that follow the layout --
+// the K and V chunks of its kept set, each at the bytes it moved from the SSD (a whole chunk,
+// or, read as extents, the extents beyond the rows any layout reads) or the memory it holds
+// in a cache (a whole chunk: room another chunk would otherwise be read from the SSD into, an
+// upper bound on what packing frees there; pricing it at nothing, SSD bytes only, was measured
+// to skip most repacks and most of the cut: docs/paper-comparison.md, "Reordering that pays"). A
+// load of the whole prefix (the keys of a layer where ITF falls back, the probe keys) touches
+// every chunk in any layout and pays nothing. Without `layer_bytes` a saved chunk is worth
+// `saved_chunk_bytes` (a K and a V chunk), which is what the measured price comes to where
+// both kinds follow the kept set and every chunk is whole.
 //
 // Pure bookkeeping: no I/O, no clock, no cache. Not thread-safe.
 
@@ -46,8 +59,8 @@ struct ReordererOptions {
   int min_accesses = 2;         // reuses since the last repack before a segment may be due
   int chunk_tokens = 64;
   double min_gain = 0;          // in [0, 1]: the saving share a repack must also reach
-  // Bytes one saved chunk of a layer's kept set is worth: the bytes of the chunks of every kind
-  // a kept token loads (K and V) for a full chunk.
+  // Bytes one saved chunk of a layer's kept set is worth when RecordEvidence is given no
+  // measured price: a full K and V chunk.
   Bytes saved_chunk_bytes = 0;
   // Bytes a repack writes per token of the segment (every layer and stored kind): the least a
   // repack costs, so Due asks for the full cost only of segments that could be due.
@@ -71,11 +84,15 @@ class Reorderer {
   };
   // Adds the evidence of one reuse of segment `id` of `tree`: `pieces` are the request's pieces
   // on that segment, `layer_sets` per layer the prefix tokens the layer kept (sorted, unique;
-  // tokens outside the pieces are ignored). Does nothing when the segment has no history yet.
-  // Call it before Record of the same reuse (the packed layout is the history's before it).
-  // REQUIRES: the segment is in `tree`.
+  // tokens outside the pieces are ignored). `layer_bytes`, when not empty, is per layer (as
+  // `layer_sets`) what the layer's loads of this segment that follow the layout cost (see the
+  // file comment); empty, each saved chunk is worth options.saved_chunk_bytes. Does nothing
+  // when the segment has no history yet. Call it before Record of the same reuse (the packed
+  // layout is the history's before it).
+  // REQUIRES: the segment is in `tree`; layer_bytes is empty or as long as layer_sets.
   void RecordEvidence(const RadixTree& tree, std::uint32_t id, std::span<const Piece> pieces,
-                      std::span<const TokenSet> layer_sets);
+                      std::span<const TokenSet> layer_sets,
+                      std::span<const double> layer_bytes = {});
 
   // Segments due for repacking (see above), in ascending id order (deterministic).
   // `repack_bytes(id)` is what repacking segment id would move over the SSD now.
@@ -91,6 +108,7 @@ class Reorderer {
     std::int64_t reuses = 0;          // reuses that had a history (measured)
     double stored_chunks = 0;         // sum over them and their layers of S
     double packed_chunks = 0;         // ... of P
+    double rent_bytes = 0;            // the rent paid (see the file comment)
     double Saving() const { return stored_chunks > 0 ? 1.0 - packed_chunks / stored_chunks : 0; }
   };
   Evidence EvidenceOf(std::uint32_t segment) const;
@@ -105,7 +123,7 @@ class Reorderer {
     std::vector<std::uint8_t> seen;
     int accesses = 0;
     std::int64_t reuses = 0;
-    double stored_chunks = 0, packed_chunks = 0;
+    double stored_chunks = 0, packed_chunks = 0, rent_bytes = 0;
   };
   ReordererOptions options_;
   std::unordered_map<std::uint32_t, Stats> stats_;

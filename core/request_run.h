@@ -64,6 +64,7 @@ class RequestRun {
   std::span<const float> History(std::uint32_t segment) const;
 
   LoadPlanner& planner() { return planner_; }
+  const LoadPlanner& planner() const { return planner_; }
 
   // ---- submit and wait ------------------------------------------------------------------
   // Submits a GPU compute step of this request (kNoOp entries of `after` are dropped).
@@ -99,6 +100,10 @@ class RequestRun {
   std::int64_t n = 0, nr = 0, q = 0;
   std::vector<float> kept_fraction;  // per R token: sum over layers of the share kept
   std::vector<TokenSet> kept_sets;   // per layer Keep was called for (reorder.enabled only)
+  // reorder.enabled only: per layer and segment (index in planner().segments()), what the
+  // layer's demand K and V loads of that segment's chunks cost, as the reorderer prices them
+  // (LoadPlanner::Plan). Empty when nothing was mapped.
+  std::vector<double> layout_bytes;
   // K and V chunks the demand loads of this request's layers touched (every tier; a chunk per
   // layer, kind and use): the loaded chunks of SPEC Fig. 20.
   std::int64_t kv_chunks = 0;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -689,6 +690,95 @@ TEST(PipelineTest, RepackFromCachedCopiesReadsNoSsd) {
     EXPECT_EQ(rh.h.pipeline->cache().Where(ChunkId{id}), Tier::kSsd);
     EXPECT_EQ(rh.h.pipeline->cache().Stats(ChunkId{id}), nullptr);
   }
+}
+
+// ---- the reorderer's rent: what each layer's loads of the kept set cost ------------------------
+
+// Reuses P (64 tokens, Scattered: the same 16 tokens kept in every layer, head and request)
+// with no reorder pass, so the evidence of P's segment only adds up; returns it, and in
+// *kept the tokens every layer selected (all layers alike).
+Reorderer::Evidence EvidenceOfP(SystemOptions sys, int requests, std::int64_t* kept) {
+  sys.reorder = true;
+  sys.reorder_interval = 1e9;  // no pass
+  Harness h(TinyModel(2), sys, Scattered);
+  for (RequestId id = 1; id <= RequestId(requests); ++id) {
+    EXPECT_TRUE(h.pipeline->Run(RepackHarness::P(id)).ok());
+  }
+  EXPECT_TRUE(h.pipeline->Finish().ok());
+  *kept = -1;
+  for (const LayerRecord& l : h.log.layers) {
+    if (l.request_id == 1) continue;  // nothing reused yet
+    if (*kept < 0) *kept = l.selected_tokens;
+    EXPECT_EQ(l.selected_tokens, *kept);
+  }
+  const Match m = h.pipeline->tree().Lookup(RepackHarness::P(0).prefix);
+  return h.pipeline->reorderer().EvidenceOf(m.pieces.front().segment);
+}
+
+// ITF passes in every layer (the heads agree) and loads K and V of the voted set, whole chunks
+// from the SSD (no cache): each chunk packing saves is a K and a V chunk read, 2 * 4 tokens *
+// 32 B. The rent is the saved chunks of the count at 256 B each.
+TEST(PipelineTest, RentOfWholeChunkLoadsIsTheirBytes) {
+  std::int64_t kept = 0;
+  const Reorderer::Evidence e = EvidenceOfP(System("spec"), 6, &kept);
+  ASSERT_GT(e.reuses, 0);
+  ASSERT_GT(e.stored_chunks, e.packed_chunks) << "Scattered's kept tokens pack";
+  EXPECT_DOUBLE_EQ(e.rent_bytes, (e.stored_chunks - e.packed_chunks) * 256);
+}
+
+// Prewarmed into a GPU cache that holds all of P, every reuse is served from GPU memory: no
+// byte comes from the SSD, but each chunk the layers touch holds a K or V chunk of GPU room that
+// packing would give to other chunks, so the rent is still 256 B a saved chunk.
+TEST(PipelineTest, RentOfChunksServedFromMemoryIsTheirRoom) {
+  SystemOptions sys = System("spec");
+  sys.cache.gpu_capacity = 1 << 20;
+  sys.cache.cpu_capacity = 1 << 20;
+  sys.reorder = true;
+  sys.reorder_interval = 1e9;  // no pass
+  Harness h(TinyModel(2), sys, Scattered);
+  h.pipeline->Prewarm(RepackHarness::P(0));
+  for (RequestId id = 1; id <= 6; ++id) {
+    ASSERT_TRUE(h.pipeline->Run(RepackHarness::P(id)).ok());
+  }
+  ASSERT_TRUE(h.pipeline->Finish().ok());
+  for (const auto& r : h.log.requests) EXPECT_EQ(r.ssd_read_bytes, 0u);
+  const Match m = h.pipeline->tree().Lookup(RepackHarness::P(0).prefix);
+  const Reorderer::Evidence e = h.pipeline->reorderer().EvidenceOf(m.pieces.front().segment);
+  ASSERT_GT(e.reuses, 0);
+  ASSERT_GT(e.stored_chunks, e.packed_chunks);
+  EXPECT_DOUBLE_EQ(e.rent_bytes, (e.stored_chunks - e.packed_chunks) * 256);
+}
+
+// H2O (as a layer where ITF falls back) loads every key whatever the layout: only its value
+// chunks follow the kept set, so a saved chunk is worth one V chunk, 128 B.
+TEST(PipelineTest, RentLeavesOutLoadsOfTheWholePrefix) {
+  SystemOptions sys = System("as_h2o_lfu");
+  std::int64_t kept = 0;
+  const Reorderer::Evidence e = EvidenceOfP(sys, 6, &kept);
+  ASSERT_GT(e.stored_chunks, e.packed_chunks);
+  EXPECT_DOUBLE_EQ(e.rent_bytes, (e.stored_chunks - e.packed_chunks) * 128);
+}
+
+// With extent reads (nothing cached, no prefetch: every demand read is of extents), a chunk
+// costs what it reads beyond its needed rows, which any layout reads: on TinyModel a 4 KiB
+// extent covers the whole 128 B chunk, so a chunk with r needed rows is priced 128 - 32 r, per
+// kind. Per layer S chunks hold the k kept rows: the loads cost 2 * (128 S - 32 k) and the rent
+// is (S - P) / S of that, S and P the same in every layer and reuse.
+TEST(PipelineTest, RentOfExtentReadsIsTheirAlignmentWaste) {
+  SystemOptions sys = System("impress");
+  sys.ssd_read_unit = SsdReadUnit::kExtent;
+  std::int64_t kept = 0;
+  const int requests = 6;
+  const Reorderer::Evidence e = EvidenceOfP(sys, requests, &kept);
+  ASSERT_EQ(e.reuses, requests - 2) << "the first reuse has no history to pack by";
+  const double layers = 2, s = e.stored_chunks / (layers * double(e.reuses));
+  const double p = e.packed_chunks / (layers * double(e.reuses));
+  ASSERT_EQ(s, std::floor(s)) << "the same chunks in every layer and reuse";
+  ASSERT_GT(s, p);
+  ASSERT_EQ(kept, 16);
+  EXPECT_NEAR(e.rent_bytes, layers * double(e.reuses) * (s - p) / s * 2 * (128 * s - 32 * 16),
+              1e-6);
+  EXPECT_LT(e.rent_bytes, (e.stored_chunks - e.packed_chunks) * 256);
 }
 
 // Not prewarmed, small caches: only the chunks neither cache holds are read; the GPU-held ones

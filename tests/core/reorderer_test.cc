@@ -129,6 +129,55 @@ TEST(ReordererTest, DueAtBreakEven) {
   EXPECT_EQ(r.Due(tree, Cost(1000)), std::vector<std::uint32_t>{seg});
 }
 
+// The rent priced by what each layer's loads cost (RecordEvidence's layer_bytes): the second
+// reuse saves 3 of 4 chunks in layer 0 (stored 4, packed 1, as above) and 2 of 4 in layer 1
+// (stored 4, packed 2). Layer 0 loaded K and V chunks worth 800 B, layer 1 -- a layer whose
+// keys were loaded whole, so only its 4 value chunks follow the layout -- 400 B: rent
+// 3/4 * 800 + 2/4 * 400 = 800 B, where a flat 200 B a saved chunk would have said 1000 B.
+TEST(ReordererTest, RentIsTheSavedShareOfWhatEachLayersLoadsCost) {
+  RadixTree tree(1, 4);
+  const std::uint32_t seg = Store(&tree);
+  Reorderer r(Options(1, 0, /*saved_chunk_bytes=*/200));
+  const Reorderer::Piece piece{0, 16, 0};
+  const std::vector<TokenSet> first = {{0, 5, 10, 15}, {0, 5, 10, 15}};
+  const std::vector<TokenSet> second = {{0, 5, 10, 15}, {0, 5, 10, 14}};
+  const std::vector<double> bytes = {800, 400};
+  r.RecordEvidence(tree, seg, std::span<const Reorderer::Piece>(&piece, 1), first, bytes);
+  r.Record(seg, 16, 0, std::vector<float>{1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1});
+  EXPECT_EQ(r.EvidenceOf(seg).rent_bytes, 0) << "no history before the first reuse";
+  r.RecordEvidence(tree, seg, std::span<const Reorderer::Piece>(&piece, 1), second, bytes);
+  const Reorderer::Evidence e = r.EvidenceOf(seg);
+  EXPECT_EQ(e.stored_chunks, 8);
+  EXPECT_EQ(e.packed_chunks, 3);
+  EXPECT_DOUBLE_EQ(e.rent_bytes, 800);
+  EXPECT_EQ(r.Due(tree, Cost(800)), std::vector<std::uint32_t>{seg});
+  EXPECT_TRUE(r.Due(tree, Cost(801)).empty());
+  // Without a measured price each saved chunk is worth saved_chunk_bytes: 5 * 200 B.
+  Reorderer flat(Options(1, 0, 200));
+  Reuse(&flat, tree, seg, first);
+  Reuse(&flat, tree, seg, second);
+  EXPECT_DOUBLE_EQ(flat.EvidenceOf(seg).rent_bytes, 1000);
+}
+
+// Loads that cost the same in any layout (every layer's loads priced at 0 B: whole-prefix
+// loads, or extents with no alignment waste) pay no rent: packing would save chunks of the
+// count but no bytes, so the segment is never due, even for a repack that costs nothing.
+TEST(ReordererTest, LoadsThatCostTheSameInAnyLayoutPayNoRent) {
+  RadixTree tree(1, 4);
+  const std::uint32_t seg = Store(&tree);
+  Reorderer r(Options());
+  const Reorderer::Piece piece{0, 16, 0};
+  const std::vector<TokenSet> sets = {{0, 5, 10, 15}};
+  const std::vector<double> nothing = {0};
+  for (int i = 0; i < 3; ++i) {
+    r.RecordEvidence(tree, seg, std::span<const Reorderer::Piece>(&piece, 1), sets, nothing);
+    r.Record(seg, 16, 0, std::vector<float>{1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1});
+  }
+  EXPECT_GT(r.EvidenceOf(seg).Saving(), 0) << "the count says packing saves chunks";
+  EXPECT_EQ(r.EvidenceOf(seg).rent_bytes, 0);
+  EXPECT_TRUE(r.Due(tree, Cost(0)).empty());
+}
+
 TEST(ReordererTest, MinAccessesAndMinGainAlsoHold) {
   RadixTree tree(1, 4);
   const std::uint32_t seg = Store(&tree);

@@ -31,8 +31,9 @@ FROM run_summary s
 ORDER BY s.system;
 
 -- Each repack and why: the reuses measured since the segment was stored, the chunks their
--- layers touched stored and packed by the history before each, and the repack's SSD bytes.
-.width 10 90
+-- layers touched stored and packed by the history before each, the rent those reuses paid
+-- (core/reorderer.h) and the repack's SSD bytes, which the rent reached.
+.width 10 110
 SELECT d.request_id, d.detail FROM decisions d JOIN runs r USING (run_id)
 WHERE r.system = 'ablation_ro' AND d.kind = 'reorder'
 ORDER BY d.request_id, d.detail;
