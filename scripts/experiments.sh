@@ -11,6 +11,9 @@
 # (each experiment a few minutes); larger versions: REQUESTS=1000 (few-shot traces),
 # MODELS="opt-6.7b opt-13b opt-30b" (fig18/21/22/23 default to OPT-13B only), JOBS=N.
 # sweep is resumable: a finished point is skipped on rerun; delete the .sqlite to start over.
+# WORKLOAD=NAME runs the few-shot figures on configs/workloads/NAME.ini instead, {m} standing for
+# the model (e.g. WORKLOAD=paper-fewshot-{m}-fitted: the paper-setup workloads with importance
+# fitted to a recording); their results go to $KVTIER_CACHE/results/<experiment>-NAME.sqlite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir="${KVTIER_BUILD_DIR:-build}"
@@ -24,12 +27,18 @@ MODELS="${MODELS:-opt-13b}"
 mkdir -p "$E" "$R"
 [[ -x "$k" ]] || cmake --build "$build_dir" -j"$JOBS" --target kvtier
 
+M='{m}'
+[[ -n "${WORKLOAD:-}" ]] || WORKLOAD="fewshot-$M"
+RT=""  # results-file suffix of a WORKLOAD other than the default
+[[ "$WORKLOAD" == "fewshot-$M" ]] || RT="-${WORKLOAD//"$M"/m}"
+
 fewshot() {  # fewshot <model> [extra trace-gen flags...] -> prints the trace path
   local m="$1"; shift
   local tag; tag="$(echo "$*" | tr -d ' -' )"
-  local t="$E/fewshot-${m}-r${REQUESTS}${tag:+-$tag}.kvt"
-  if [[ ! -s "$t" || "configs/workloads/fewshot-${m}.ini" -nt "$t" ]]; then
-    "$k" trace gen --config "configs/workloads/fewshot-${m}.ini" --requests "$REQUESTS" "$@" \
+  local w="${WORKLOAD//"$M"/$m}"
+  local t="$E/${w}-r${REQUESTS}${tag:+-$tag}.kvt"
+  if [[ ! -s "$t" || "configs/workloads/${w}.ini" -nt "$t" ]]; then
+    "$k" trace gen --config "configs/workloads/${w}.ini" --requests "$REQUESTS" "$@" \
       --out "$t" --quiet
   fi
   echo "$t"
@@ -59,14 +68,14 @@ per_model() {  # per_model <experiment> <models> [sim flags...]
   local x="$1" models="$2"; shift 2
   for m in $models; do
     "$k" sim --config "configs/experiments/$x.ini" --include.model="$m" \
-      --workload.trace="$(fewshot "$m")" --out "$R/$x.sqlite" -j "$JOBS" "$@"
+      --workload.trace="$(fewshot "$m")" --out "$R/$x$RT.sqlite" -j "$JOBS" "$@"
   done
 }
 
 fig16() { per_model fig16 "$MODELS16"; }
 fig18() {
   per_model fig18 "$MODELS"
-  sqlite3 -header -column "$R/fig18.sqlite" "SELECT model, system, round(mean_ttft_s*1e3,1) AS
+  sqlite3 -header -column "$R/fig18$RT.sqlite" "SELECT model, system, round(mean_ttft_s*1e3,1) AS
     ttft_ms, round(normalized_ttft,3) AS norm_ttft FROM ablation_delta ORDER BY model, run_id"
 }
 fig21() {
@@ -74,7 +83,7 @@ fig21() {
   per_model fig21 "$MODELS" --systems as_h2o_lfu --experiment.name=fig21-h2o-lfu
   per_model fig21 "$MODELS" --systems as_h2o_lfu --experiment.name=fig21-h2o-score \
     --cache.policy=score
-  sqlite3 -header -column "$R/fig21.sqlite" "SELECT r.experiment, r.model, r.system,
+  sqlite3 -header -column "$R/fig21$RT.sqlite" "SELECT r.experiment, r.model, r.system,
     round(h.gpu_hit_ratio,3) AS gpu, round(h.cpu_hit_ratio,3) AS cpu, round(h.ssd_ratio,3) AS ssd
     FROM hit_ratios h JOIN runs r USING (run_id) ORDER BY r.run_id"
 }
@@ -82,14 +91,14 @@ fig22() {
   for m in $MODELS; do
     "$k" sweep --config configs/experiments/fig22.ini --include.model="$m" \
       --workload.trace="$(fewshot "$m")" --set itf.alpha=0,0.3,0.6,1,1.5,2 \
-      --out "$R/fig22.sqlite" -j "$JOBS"
+      --out "$R/fig22$RT.sqlite" -j "$JOBS"
   done
 }
 fig23() {
   for m in $MODELS; do
     "$k" sweep --config configs/experiments/fig23.ini --include.model="$m" \
       --workload.trace="$(fewshot "$m")" --set cache.chunk_tokens=16,32,64,128,256 \
-      --out "$R/fig23.sqlite" -j "$JOBS"
+      --out "$R/fig23$RT.sqlite" -j "$JOBS"
   done
 }
 cake() {
@@ -132,7 +141,7 @@ cake_table() {
 # Sensitivity of the fig16 comparison (OPT-13B): slow compute (FlexGen-like), long queries,
 # cheap PCIe copies, no KV reordering.
 sens() {
-  local x=configs/experiments/fig16.ini db="$R/sens.sqlite" s=as_h2o_lfu,ablation_itf,impress,spec,recomp
+  local x=configs/experiments/fig16.ini db="$R/sens$RT.sqlite" s=as_h2o_lfu,ablation_itf,impress,spec,recomp
   local t; t="$(fewshot opt-13b)"
   "$k" sim --config $x --workload.trace="$t" --out "$db" -j "$JOBS" --systems $s \
     --experiment.name=sens-base
