@@ -411,8 +411,8 @@ void Pipeline::RepackSegment(RequestRun& rs, RequestId request, std::uint32_t ol
       gather_rest.bytes > 0 ? rs.SubmitTransfer(std::move(gather_rest), {r, d}, true) : kNoOp;
   if (!staged && !to_gpu.empty()) copy_to_gpu(g_rest);
   rs.SubmitTransfer(std::move(write), {g_gpu, g_rest}, true);
-  // Why: the evidence (reuses measured, chunks their layers touched stored and packed) against
-  // the repack's SSD bytes, and what the repack took from memory.
+  // Why: the evidence (reuses measured, chunks their layers touched stored and packed, the rent
+  // they paid) against the repack's SSD bytes.
   char why[200];
   std::snprintf(why, sizeof why,
                 ": %lld reuses, %.0f -> %.0f chunks (saving %.4f), rent %.0f B, %.0f B",
