@@ -226,7 +226,7 @@ void Pipeline::RepackSegment(RequestRun& rs, RequestId request, std::uint32_t ol
         const ChunkId id = ChunkId::Make(old_id, kinds[k], std::uint32_t(l), c);
         const Bytes b = layout_.ChunkBytes(old, c, kinds[k]);
         OldChunk& o = olds[(l * nk + k) * old_chunks + c];
-        if (const ChunkStats* st = cache_->Stats(id)) {
+        if (const std::optional<ChunkStats> st = cache_->Stats(id)) {
           o.has_stats = true;
           o.stats = *st;
         }

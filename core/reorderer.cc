@@ -17,15 +17,17 @@ void Reorderer::Record(std::uint32_t segment, std::int64_t segment_tokens, std::
   Stats& s = stats_[segment];
   if (s.mean.empty()) {
     s.mean.assign(static_cast<std::size_t>(segment_tokens), 0.0f);
-    s.seen.assign(static_cast<std::size_t>(segment_tokens), 0);
+    s.seen.assign((static_cast<std::size_t>(segment_tokens) + 63) / 64, 0);
   }
   KVTIER_DCHECK(offset + std::int64_t(importance.size()) <= segment_tokens,
                 "reorderer: access past the segment end");
   const float w = static_cast<float>(options_.history_weight);
   for (std::size_t i = 0; i < importance.size(); ++i) {
-    std::size_t o = static_cast<std::size_t>(offset) + i;
-    s.mean[o] = s.seen[o] ? w * s.mean[o] + (1 - w) * importance[i] : importance[i];
-    s.seen[o] = 1;
+    const std::size_t o = static_cast<std::size_t>(offset) + i;
+    std::uint64_t& word = s.seen[o / 64];
+    const std::uint64_t bit = std::uint64_t{1} << (o % 64);
+    s.mean[o] = (word & bit) != 0 ? w * s.mean[o] + (1 - w) * importance[i] : importance[i];
+    word |= bit;
   }
   ++s.accesses;
 }

@@ -36,57 +36,62 @@ constexpr Bytes kMaxChunkBytes = 0xFFFFFFFFu;
 // ChunkId -> record without hashing. RadixTree numbers segments 1, 2, ... and a segment's
 // chunks 0, 1, ..., so a record is found by array lookups: the segment's index (directly by
 // segment id below kDenseSegments, through a hash map above: only synthetic ids get there),
-// then the entry of (lane = layer * 4 + kind, chunk index) in it: 0 (nothing), the pool slot of
-// the chunk's record, or (kCold set) the slot of its statistics alone. Records and statistics
-// live in pools of blocks that never move (heap entries and ChunkRefs point at records) and
-// reuse freed slots. Records first made together (one layer's chunks of a request) sit together
-// in the pool.
+// then the entry of (lane = layer * 4 + kind, chunk index) in it: nothing, the pool slot of
+// the chunk's record, or the statistics of a chunk that left both tiers, held in the entry
+// itself (below). Records live in a pool of blocks that never move (heap entries and ChunkRefs
+// point at records) and reuse freed slots. Records first made together (one layer's chunks of a
+// request) sit together in the pool.
 // Replaces an unordered_map<ChunkId, ChunkRecord>: with ~10^6 records every lookup missed the
 // cache on the bucket array and again on the node; those lookups were 15% of sim_bench's spec
 // profile (perf, 2,000 requests).
 // Memory: a 64-byte record per chunk ever accessed was 65% of a Mooncake replay's heap, growing
 // by ~110 KB a request (as, 400 requests: 45.6 of 70.6 MB, massif); a chunk that left both
-// tiers now keeps 24 bytes of statistics, or nothing, and a segment whose chunks have neither
-// gives its index back.
+// tiers keeps only its statistics (none under lru), and a segment whose chunks have neither
+// gives its index back. Under a policy that ranks by history (score, lfu) every chunk ever
+// accessed keeps them, so on the whole Mooncake trace they were most of `spec`'s 1.49 GB peak
+// (heaptrack: a 4-byte index entry, grown by doubling, pointing at 24 bytes in a pool, ~30
+// bytes a chunk). They now sit in the index entry itself, 16 bytes: the moving average as the
+// double it is, and the access count and last tick packed in one word while they fit (22 and
+// 40 bits); a chunk whose count or tick does not fit keeps its 24 bytes in a side pool, so
+// every value is kept exactly. Lanes grow by a quarter, not by doubling.
 class TieredCache::ChunkTable {
  public:
-  ChunkTable() {
-    blocks_.push_back(std::make_unique<ChunkRecord[]>(kBlock));
-    cold_blocks_.push_back(std::make_unique<ChunkStats[]>(kBlock));
-  }
+  ChunkTable() { blocks_.push_back(std::make_unique<ChunkRecord[]>(kBlock)); }
 
   // The live record of `id`, or nullptr (also when it has statistics alone).
   ChunkRecord* Find(ChunkId id) const {
     const SegmentIndex* seg = Segment(id.segment());
     if (seg == nullptr) return nullptr;
-    const std::uint32_t slot = seg->Slot(Lane(id), id.index());
-    return slot == 0 || (slot & kCold) != 0 ? nullptr : At(slot);
+    const Entry* e = seg->Get(Lane(id), id.index());
+    return e != nullptr && IsRecord(*e) ? At(RecordSlot(*e)) : nullptr;
   }
-  // The statistics kept for `id` without a record, or nullptr.
-  const ChunkStats* FindCold(ChunkId id) const {
+  // The statistics kept for `id` without a record into *out; false if there are none.
+  bool FindCold(ChunkId id, ChunkStats* out) const {
     const SegmentIndex* seg = Segment(id.segment());
-    if (seg == nullptr) return nullptr;
-    const std::uint32_t slot = seg->Slot(Lane(id), id.index());
-    return (slot & kCold) == 0 ? nullptr : ColdAt(slot & ~kCold);
+    if (seg == nullptr) return false;
+    const Entry* e = seg->Get(Lane(id), id.index());
+    if (e == nullptr || e->tag == 0 || IsRecord(*e)) return false;
+    *out = ColdStats(*e);
+    return true;
   }
 
   // The record of `id`, made if it had none: with the statistics kept for it (accessed) or
   // default ones (tier kSsd). Second: made now.
   std::pair<ChunkRecord*, bool> FindOrCreate(ChunkId id) {
     SegmentIndex& seg = SegmentFor(id.segment());
-    std::uint32_t& slot = seg.SlotFor(Lane(id), id.index());
-    if (slot != 0 && (slot & kCold) == 0) return {At(slot), false};
-    const std::uint32_t cold = slot;
-    slot = Allocate();
+    Entry& e = seg.EntryFor(Lane(id), id.index());
+    if (IsRecord(e)) return {At(RecordSlot(e)), false};
+    const Entry cold = e;
+    const std::uint32_t slot = Allocate();
+    e = Entry{kRecordBit | slot, 0};
     ChunkRecord* r = At(slot);
     *r = ChunkRecord{};
     r->chunk = id;
     r->live = true;
-    if (cold != 0) {
-      r->stats = *ColdAt(cold & ~kCold);
+    if (cold.tag != 0) {
+      r->stats = ColdStats(cold);
       r->accessed = true;
-      cold_free_.push_back(cold & ~kCold);
-      --cold_size_;
+      FreeCold(cold);
     } else {
       ++seg.used;
     }
@@ -98,23 +103,23 @@ class TieredCache::ChunkTable {
   // chunk.
   void Erase(ChunkRecord* r) {
     SegmentIndex& seg = SegmentFor(r->chunk.segment());
-    std::uint32_t& slot = seg.SlotFor(Lane(r->chunk), r->chunk.index());
-    KVTIER_CHECK(slot != 0 && (slot & kCold) == 0 && At(slot) == r,
+    Entry& e = seg.EntryFor(Lane(r->chunk), r->chunk.index());
+    KVTIER_CHECK(IsRecord(e) && At(RecordSlot(e)) == r,
                  "ChunkTable::Erase of a record it does not hold");
-    free_.push_back(slot);
-    slot = 0;
+    free_.push_back(RecordSlot(e));
+    e = Entry{};
     r->live = false;
     --size_;
     Unused(r->chunk.segment(), seg);
   }
   // Frees the record and keeps its statistics alone.
   void MakeCold(ChunkRecord* r) {
-    std::uint32_t& slot = SegmentFor(r->chunk.segment()).SlotFor(Lane(r->chunk), r->chunk.index());
-    KVTIER_CHECK(slot != 0 && (slot & kCold) == 0 && At(slot) == r,
+    Entry& e = SegmentFor(r->chunk.segment()).EntryFor(Lane(r->chunk), r->chunk.index());
+    KVTIER_CHECK(IsRecord(e) && At(RecordSlot(e)) == r,
                  "ChunkTable::MakeCold of a record it does not hold");
-    free_.push_back(slot);
-    slot = kCold | AllocateCold();
-    *ColdAt(slot & ~kCold) = r->stats;
+    free_.push_back(RecordSlot(e));
+    e = MakeColdEntry(r->stats);
+    ++cold_size_;
     r->live = false;
     --size_;
   }
@@ -122,12 +127,10 @@ class TieredCache::ChunkTable {
   bool EraseCold(ChunkId id) {
     SegmentIndex* seg = MutableSegment(id.segment());
     if (seg == nullptr) return false;
-    if (Lane(id) >= seg->lanes.size() || id.index() >= seg->lanes[Lane(id)].size()) return false;
-    std::uint32_t& slot = seg->lanes[Lane(id)][id.index()];
-    if ((slot & kCold) == 0) return false;
-    cold_free_.push_back(slot & ~kCold);
-    --cold_size_;
-    slot = 0;
+    Entry* e = seg->GetMutable(Lane(id), id.index());
+    if (e == nullptr || e->tag == 0 || IsRecord(*e)) return false;
+    FreeCold(*e);
+    *e = Entry{};
     Unused(id.segment(), *seg);
     return true;
   }
@@ -148,24 +151,82 @@ class TieredCache::ChunkTable {
   static constexpr std::uint32_t kBlockBits = 12;
   static constexpr std::uint32_t kBlock = 1u << kBlockBits;
   static constexpr std::uint32_t kDenseSegments = 1u << 22;
-  static constexpr std::uint32_t kCold = 0x80000000u;
+  // An index entry's tag: 0 = nothing; kRecordBit | pool slot = a live record; kWideBit | i =
+  // statistics in wide_[i]; otherwise packed statistics, frequency (>= 1) << kTickBits | last
+  // access, with `ratio` the moving average.
+  static constexpr std::uint64_t kRecordBit = std::uint64_t{1} << 63;
+  static constexpr std::uint64_t kWideBit = std::uint64_t{1} << 62;
+  static constexpr int kTickBits = 40;
+  static constexpr std::uint64_t kTickMask = (std::uint64_t{1} << kTickBits) - 1;
+  static constexpr std::uint64_t kMaxPackedFrequency = (std::uint64_t{1} << (62 - kTickBits)) - 1;
+  struct Entry {
+    std::uint64_t tag = 0;
+    double ratio = 0;
+  };
+  static_assert(sizeof(Entry) == 16);
+  static bool IsRecord(const Entry& e) { return (e.tag & kRecordBit) != 0; }
+  static std::uint32_t RecordSlot(const Entry& e) { return static_cast<std::uint32_t>(e.tag); }
 
-  // Entries of one segment's chunks: lanes[lane][index], each lane grown on demand (by
-  // doubling), so memory follows the chunks a segment actually has; `used` counts the nonzero
-  // entries, and the lanes are freed when it falls to 0.
-  struct SegmentIndex {
-    std::vector<std::vector<std::uint32_t>> lanes;
-    std::uint32_t used = 0;
-
-    std::uint32_t Slot(std::uint32_t lane, std::uint32_t index) const {
-      if (lane >= lanes.size()) return 0;
-      const std::vector<std::uint32_t>& l = lanes[lane];
-      return index < l.size() ? l[index] : 0;
+  Entry MakeColdEntry(const ChunkStats& s) {
+    if (s.frequency >= 1 && s.frequency <= kMaxPackedFrequency && s.last_access <= kTickMask) {
+      return Entry{s.frequency << kTickBits | s.last_access, s.important_ratio};
     }
-    std::uint32_t& SlotFor(std::uint32_t lane, std::uint32_t index) {
+    std::uint32_t i;
+    if (!wide_free_.empty()) {
+      i = wide_free_.back();
+      wide_free_.pop_back();
+      wide_[i] = s;
+    } else {
+      KVTIER_CHECK(wide_.size() < 0xFFFFFFFFu, "ChunkTable: more than 2^32 wide statistics");
+      i = static_cast<std::uint32_t>(wide_.size());
+      wide_.push_back(s);
+    }
+    return Entry{kWideBit | i, 0};
+  }
+  ChunkStats ColdStats(const Entry& e) const {
+    if ((e.tag & kWideBit) != 0) return wide_[static_cast<std::uint32_t>(e.tag)];
+    ChunkStats s;
+    s.frequency = e.tag >> kTickBits;
+    s.last_access = e.tag & kTickMask;
+    s.important_ratio = e.ratio;
+    return s;
+  }
+  // The cold entry `e` is going away.
+  void FreeCold(const Entry& e) {
+    if ((e.tag & kWideBit) != 0) wide_free_.push_back(static_cast<std::uint32_t>(e.tag));
+    --cold_size_;
+  }
+
+  // Entries of one segment's chunks: lanes[lane][index], each made on demand, so memory
+  // follows the chunks a segment actually has; `used` counts the nonzero entries, and the lanes
+  // are freed when it falls to 0. Every lane of a segment has the same chunks, and a layer's
+  // plan touches a segment's chunks in index order, so a lane is made as wide as the widest
+  // index any lane of the segment has needed (`width`), and grows past it by a quarter: only
+  // the first lanes grow step by step (doubling every lane cost ~1.4x the entries).
+  struct SegmentIndex {
+    std::vector<std::vector<Entry>> lanes;
+    std::uint32_t used = 0;
+    std::uint32_t width = 0;
+
+    const Entry* Get(std::uint32_t lane, std::uint32_t index) const {
+      if (lane >= lanes.size()) return nullptr;
+      const std::vector<Entry>& l = lanes[lane];
+      return index < l.size() ? &l[index] : nullptr;
+    }
+    Entry* GetMutable(std::uint32_t lane, std::uint32_t index) {
+      return const_cast<Entry*>(Get(lane, index));
+    }
+    Entry& EntryFor(std::uint32_t lane, std::uint32_t index) {
       if (lane >= lanes.size()) lanes.resize(std::size_t(lane) + 1);
-      std::vector<std::uint32_t>& l = lanes[lane];
-      if (index >= l.size()) l.resize(std::max<std::size_t>({std::size_t(index) + 1, 2 * l.size(), 8}), 0);
+      std::vector<Entry>& l = lanes[lane];
+      if (index >= l.size()) {
+        const std::size_t grown =
+            std::max<std::size_t>({std::size_t(index) + 1, l.size() + l.size() / 4, 8});
+        const std::size_t n = index < width ? width : grown;
+        l.reserve(n);
+        l.resize(n);
+      }
+      width = std::max(width, index + 1);
       return l[index];
     }
   };
@@ -193,14 +254,12 @@ class TieredCache::ChunkTable {
     if (id >= kDenseSegments) {
       sparse_.erase(id);
     } else {
-      std::vector<std::vector<std::uint32_t>>().swap(seg.lanes);
+      std::vector<std::vector<Entry>>().swap(seg.lanes);
+      seg.width = 0;
     }
   }
   ChunkRecord* At(std::uint32_t slot) const {
     return &blocks_[slot >> kBlockBits][slot & (kBlock - 1)];
-  }
-  ChunkStats* ColdAt(std::uint32_t slot) const {
-    return &cold_blocks_[slot >> kBlockBits][slot & (kBlock - 1)];
   }
   std::uint32_t Allocate() {
     if (!free_.empty()) {
@@ -208,24 +267,11 @@ class TieredCache::ChunkTable {
       free_.pop_back();
       return s;
     }
-    KVTIER_CHECK(next_ < kCold, "ChunkTable: more than 2^31 chunk records");
+    KVTIER_CHECK(next_ < 0xFFFFFFFFu, "ChunkTable: more than 2^32 chunk records");
     if ((next_ >> kBlockBits) >= blocks_.size()) {
       blocks_.push_back(std::make_unique<ChunkRecord[]>(kBlock));
     }
     return next_++;
-  }
-  std::uint32_t AllocateCold() {
-    ++cold_size_;
-    if (!cold_free_.empty()) {
-      const std::uint32_t s = cold_free_.back();
-      cold_free_.pop_back();
-      return s;
-    }
-    KVTIER_CHECK(next_cold_ < kCold, "ChunkTable: statistics of more than 2^31 chunks");
-    if ((next_cold_ >> kBlockBits) >= cold_blocks_.size()) {
-      cold_blocks_.push_back(std::make_unique<ChunkStats[]>(kBlock));
-    }
-    return next_cold_++;
   }
 
   std::vector<SegmentIndex> dense_;
@@ -234,9 +280,8 @@ class TieredCache::ChunkTable {
   std::vector<std::uint32_t> free_;
   std::uint32_t next_ = 1;  // slot 0: no record
   std::size_t size_ = 0;
-  std::vector<std::unique_ptr<ChunkStats[]>> cold_blocks_;
-  std::vector<std::uint32_t> cold_free_;
-  std::uint32_t next_cold_ = 1;  // as next_: slot 0 is never used
+  std::vector<ChunkStats> wide_;  // statistics whose count or tick does not pack
+  std::vector<std::uint32_t> wide_free_;
   std::size_t cold_size_ = 0;
 };
 
@@ -801,10 +846,15 @@ TieredCache::Footprint TieredCache::footprint() const {
   return Footprint{chunks_->size(), chunks_->cold_size()};
 }
 
-const ChunkStats* TieredCache::Stats(ChunkId chunk) const {
+std::optional<ChunkStats> TieredCache::Stats(ChunkId chunk) const {
   const ChunkRecord* r = chunks_->Find(chunk);
-  if (r == nullptr) return chunks_->FindCold(chunk);
-  return r->accessed ? &r->stats : nullptr;
+  if (r == nullptr) {
+    ChunkStats s;
+    if (chunks_->FindCold(chunk, &s)) return s;
+    return std::nullopt;
+  }
+  if (!r->accessed) return std::nullopt;
+  return r->stats;
 }
 
 TieredCache::TierHeap& TieredCache::HeapOf(Tier tier) {

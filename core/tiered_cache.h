@@ -27,8 +27,9 @@
 // is.
 //
 // Memory follows what can still matter: a chunk that is in neither tier and not pinned keeps
-// only its statistics (24 bytes), and none at all under a policy that does not rank by history
-// (lru); a segment's index is freed when none of its chunks has either.
+// only its statistics (16 bytes in its index entry, exactly: tiered_cache.cc, ChunkTable), and
+// none at all under a policy that does not rank by history (lru); a segment's index is freed
+// when none of its chunks has either.
 //
 // Not thread-safe. Access is O(log n) with one direct-indexed lookup (no hashing), and O(1)
 // when keys enter in rising order (lru: each tier's heap is paired with a FIFO queue for them,
@@ -41,6 +42,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -131,10 +133,9 @@ class TieredCache {
     std::size_t statistics = 0;
   };
   Footprint footprint() const;
-  // Statistics of `chunk`, or nullptr if it was never accessed (or, under a policy that does
-  // not rank by history, if it is no longer cached or pinned). Valid until the next call that
-  // is not const.
-  const ChunkStats* Stats(ChunkId chunk) const;
+  // Statistics of `chunk`, or none if it was never accessed (or, under a policy that does not
+  // rank by history, if it is no longer cached or pinned).
+  std::optional<ChunkStats> Stats(ChunkId chunk) const;
 
   // Pins, for callers that serve several requests at once (core/pipeline.h with
   // max_in_flight > 1). A *holder* is one in-flight request, numbered 0..kMaxHolders-1. After

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <numeric>
 #include <random>
 #include <tuple>
@@ -561,8 +562,8 @@ struct RepackHarness {
       for (std::uint32_t c = 0; c < seg->num_chunks; ++c) {
         for (KvKind kind : {KvKind::kKey, KvKind::kValue, KvKind::kProbeKey}) {
           const ChunkId id = ChunkId::Make(segment, kind, l, c);
-          const ChunkStats* s = h.pipeline->cache().Stats(id);
-          out[id.value] = {h.pipeline->cache().Where(id), s != nullptr, s ? *s : ChunkStats{}};
+          const std::optional<ChunkStats> s = h.pipeline->cache().Stats(id);
+          out[id.value] = {h.pipeline->cache().Where(id), s.has_value(), s.value_or(ChunkStats{})};
         }
       }
     }
@@ -657,11 +658,11 @@ TEST(PipelineTest, RepackFromCachedCopiesReadsNoSsd) {
       for (KvKind kind : {KvKind::kKey, KvKind::kValue, KvKind::kProbeKey}) {
         const ChunkId id = ChunkId::Make(r.new_id, kind, l, c);
         EXPECT_EQ(rh.h.pipeline->cache().Where(id), Tier::kGpu);
-        const ChunkStats* s = rh.h.pipeline->cache().Stats(id);
+        const std::optional<ChunkStats> s = rh.h.pipeline->cache().Stats(id);
         // A chunk made only of rows no request ever needed (prewarmed, never accessed) has no
         // statistics to inherit; the others inherit.
-        if (kind != KvKind::kProbeKey && s == nullptr) continue;
-        ASSERT_NE(s, nullptr) << "inherited, not restarted";
+        if (kind != KvKind::kProbeKey && !s.has_value()) continue;
+        ASSERT_TRUE(s.has_value()) << "inherited, not restarted";
         if (kind == KvKind::kKey && c == 0) ++inherited_first;
         std::uint64_t lo = ~0ull, hi = 0, last = 0;
         for (std::uint32_t o = 0; o < 16; ++o) {
@@ -688,7 +689,7 @@ TEST(PipelineTest, RepackFromCachedCopiesReadsNoSsd) {
   // Nothing of the old segment is left in the caches.
   for (const auto& [id, state] : r.before) {
     EXPECT_EQ(rh.h.pipeline->cache().Where(ChunkId{id}), Tier::kSsd);
-    EXPECT_EQ(rh.h.pipeline->cache().Stats(ChunkId{id}), nullptr);
+    EXPECT_FALSE(rh.h.pipeline->cache().Stats(ChunkId{id}).has_value());
   }
 }
 

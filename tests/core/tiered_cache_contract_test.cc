@@ -38,8 +38,7 @@ std::vector<Chunk> MakeChunks() {
 }
 
 double PriorityOf(const TieredCache& cache, ChunkId chunk) {
-  const ChunkStats* s = cache.Stats(chunk);
-  return cache.policy().Priority(s ? *s : ChunkStats{});
+  return cache.policy().Priority(cache.Stats(chunk).value_or(ChunkStats{}));
 }
 
 // The victim order of core/tiered_cache.h: a chunk that leaves a tier for a lower one (not the
@@ -48,8 +47,7 @@ double PriorityOf(const TieredCache& cache, ChunkId chunk) {
 // call, then replay its moves.
 using Key = std::tuple<double, std::uint64_t, std::uint64_t>;
 Key KeyOf(const TieredCache& cache, ChunkId id) {
-  const ChunkStats* s = cache.Stats(id);
-  const ChunkStats st = s != nullptr ? *s : ChunkStats{};
+  const ChunkStats st = cache.Stats(id).value_or(ChunkStats{});
   return {cache.policy().Priority(st), st.last_access, id.value};
 }
 struct Residents {
@@ -167,7 +165,7 @@ class TieredCacheContractTest : public ::testing::TestWithParam<std::string> {
       } else {  // Erase
         cache.Erase(c.id, &moves);
         EXPECT_EQ(cache.Where(c.id), Tier::kSsd);
-        EXPECT_EQ(cache.Stats(c.id), nullptr);
+        EXPECT_FALSE(cache.Stats(c.id).has_value());
         if (before == Tier::kSsd) {
           EXPECT_TRUE(moves.empty());
         } else {
@@ -259,7 +257,7 @@ TEST_P(TieredCacheContractTest, ErasedChunkIsForgottenAndStartsOver) {
   std::vector<CacheMove> moves;
   for (int i = 0; i < 4; ++i) cache.Access(id, kKiB, 0.5, &moves);
   cache.Erase(id, &moves);
-  EXPECT_EQ(cache.Stats(id), nullptr);
+  EXPECT_FALSE(cache.Stats(id).has_value());
   EXPECT_EQ(cache.Where(id), Tier::kSsd);
   EXPECT_EQ(cache.used(Tier::kGpu) + cache.used(Tier::kCpu), 0u);
   cache.Access(id, kKiB, 0.5, &moves);

@@ -89,7 +89,7 @@ TEST(TieredCacheRefTest, SparseAndDenseChunkIdsBehaveAlike) {
       for (CacheMove& m : b) m.chunk = back(m.chunk);
       ASSERT_EQ(a, b) << policy << " step " << step;
       ASSERT_EQ(dense.Where(small(c)), sparse.Where(huge(c)));
-      ASSERT_EQ(dense.Stats(small(c)) == nullptr, sparse.Stats(huge(c)) == nullptr);
+      ASSERT_EQ(dense.Stats(small(c)).has_value(), sparse.Stats(huge(c)).has_value());
     }
     dense.CheckInvariants();
     sparse.CheckInvariants();

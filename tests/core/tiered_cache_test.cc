@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -53,12 +57,12 @@ TEST(TieredCacheTest, AccessAppendsWithoutClearing) {
 TEST(TieredCacheTest, StatisticsCountTicksAndMovingAverage) {
   TieredCache cache = MakeCache("score", 100, 100);
   std::vector<CacheMove> moves;
-  EXPECT_EQ(cache.Stats(C(1)), nullptr);
+  EXPECT_FALSE(cache.Stats(C(1)).has_value());
   cache.Access(C(1), 10, 1.0, &moves);  // first access: ema = ratio
   cache.Access(C(2), 10, 0.5, &moves);
   cache.Access(C(1), 10, 0.0, &moves);  // 0.8 * 1.0 + 0.2 * 0.0
-  const ChunkStats* s = cache.Stats(C(1));
-  ASSERT_NE(s, nullptr);
+  const std::optional<ChunkStats> s = cache.Stats(C(1));
+  ASSERT_TRUE(s.has_value());
   EXPECT_EQ(s->frequency, 2u);
   EXPECT_EQ(s->last_access, 3u);
   EXPECT_DOUBLE_EQ(s->important_ratio, 0.8);
@@ -170,7 +174,7 @@ TEST(TieredCacheTest, ChunkLargerThanATierNeverEntersIt) {
   EXPECT_EQ(cache.Where(C(2)), Tier::kSsd);
   // lru ranks by the last access alone: an uncached chunk's statistics are not kept (lfu and
   // score keep them: UncachedChunksKeepStatisticsOnlyWhereThePolicyRanksByHistory).
-  EXPECT_EQ(cache.Stats(C(2)), nullptr);
+  EXPECT_FALSE(cache.Stats(C(2)).has_value());
   EXPECT_FALSE(cache.Insert(C(2), 25, Tier::kCpu, &moves));
   EXPECT_TRUE(moves.empty());
 }
@@ -180,7 +184,7 @@ TEST(TieredCacheTest, InsertOfANeverAccessedChunkOnlyTakesFreeRoom) {
   std::vector<CacheMove> moves;
   EXPECT_TRUE(cache.Insert(C(1), 10, Tier::kGpu, &moves));
   EXPECT_EQ(moves, (std::vector<CacheMove>{M(1, Tier::kSsd, Tier::kGpu, 10)}));
-  EXPECT_EQ(cache.Stats(C(1)), nullptr);  // Insert is not an access
+  EXPECT_FALSE(cache.Stats(C(1)).has_value());  // Insert is not an access
   moves.clear();
   EXPECT_TRUE(cache.Insert(C(1), 10, Tier::kGpu, &moves));   // already there
   EXPECT_FALSE(cache.Insert(C(2), 10, Tier::kGpu, &moves));  // priority 0 ties chunk 1
@@ -224,7 +228,7 @@ TEST(TieredCacheTest, EraseUncachesAndForgetsStatistics) {
   cache.Erase(C(1), &moves);
   EXPECT_EQ(moves, (std::vector<CacheMove>{M(1, Tier::kGpu, Tier::kSsd, 10)}));
   EXPECT_EQ(cache.Where(C(1)), Tier::kSsd);
-  EXPECT_EQ(cache.Stats(C(1)), nullptr);
+  EXPECT_FALSE(cache.Stats(C(1)).has_value());
   EXPECT_EQ(cache.used(Tier::kGpu), 0u);
   moves.clear();
   cache.Erase(C(1), &moves);  // not cached: no move
@@ -243,7 +247,7 @@ TEST(TieredCacheTest, InheritedStatisticsRankAndContinue) {
   for (int i = 0; i < 2; ++i) cache.Access(C(1), 10, 1.0, &moves);  // GPU, frequency 2
   cache.Inherit(C(2), 10, ChunkStats{3, 0.5, 1});
   EXPECT_EQ(cache.Where(C(2)), Tier::kSsd) << "Inherit places nothing";
-  ASSERT_NE(cache.Stats(C(2)), nullptr);
+  ASSERT_TRUE(cache.Stats(C(2)).has_value());
   EXPECT_EQ(cache.Stats(C(2))->frequency, 3u);
   moves.clear();
   EXPECT_TRUE(cache.Insert(C(2), 10, Tier::kGpu, &moves));  // 3 beats 2: chunk 1 demoted
@@ -260,7 +264,7 @@ TEST(TieredCacheTest, InheritedStatisticsRankAndContinue) {
   cache.CheckInvariants();
 }
 
-// Memory follows the caches: a chunk that leaves both tiers keeps 24 bytes of statistics where
+// Memory follows the caches: a chunk that leaves both tiers keeps 16 bytes of statistics where
 // the policy ranks by them (lfu, score), nothing under lru, and the decisions are the same as
 // when every record was kept (tiered_cache_contract_test and the ref test cover the moves).
 TEST(TieredCacheTest, UncachedChunksKeepStatisticsOnlyWhereThePolicyRanksByHistory) {
@@ -276,8 +280,8 @@ TEST(TieredCacheTest, UncachedChunksKeepStatisticsOnlyWhereThePolicyRanksByHisto
     const bool history = std::string(policy) != "lru";
     EXPECT_EQ(f.statistics, history ? 96u : 0u) << policy;
     // An uncached chunk's history counts on its return under lfu and score.
-    const ChunkStats* s = cache.Stats(C(1));
-    ASSERT_EQ(s != nullptr, history) << policy;
+    const std::optional<ChunkStats> s = cache.Stats(C(1));
+    ASSERT_EQ(s.has_value(), history) << policy;
     if (history) {
       EXPECT_EQ(s->frequency, 2u) << policy;
       cache.Access(C(1), 10, 0.5, &moves);
@@ -285,9 +289,68 @@ TEST(TieredCacheTest, UncachedChunksKeepStatisticsOnlyWhereThePolicyRanksByHisto
       EXPECT_DOUBLE_EQ(cache.Stats(C(1))->important_ratio, 0.5) << policy;
     }
     cache.Erase(C(2), &moves);  // forgets the statistics too
-    EXPECT_EQ(cache.Stats(C(2)), nullptr) << policy;
+    EXPECT_FALSE(cache.Stats(C(2)).has_value()) << policy;
     cache.CheckInvariants();
   }
+}
+
+// An uncached chunk's statistics sit in its index entry: the count and the last tick packed in
+// one word while they fit (22 and 40 bits), else in a side pool. Either way every value comes
+// back exactly: counts at and past the packed limit, and 0 (a repacked chunk made of rows never
+// accessed), with moving averages of every bit pattern, through Stats, a return to the cache
+// (Access counts on) and the side pool's reuse after Erase.
+TEST(TieredCacheTest, UncachedStatisticsComeBackExactlyPackedOrNot) {
+  TieredCache cache = MakeCache("score", 10, 10);
+  std::vector<CacheMove> moves;
+  for (int i = 0; i < 7; ++i) cache.Access(C(1000), 10, 0.5, &moves);  // ticks 1..7
+  const std::uint64_t packed_max = (std::uint64_t{1} << 22) - 1;
+  const std::uint64_t counts[] = {0, 1, 2, packed_max, packed_max + 1, std::uint64_t{1} << 40,
+                                  std::numeric_limits<std::uint64_t>::max() - 1};
+  const double ratios[] = {0.0, 1.0, 0.1 + 1e-17, std::nextafter(0.74, 1.0), 1e-300, 0.3333};
+  std::vector<ChunkStats> want;
+  std::uint32_t seg = 1;
+  for (std::uint64_t f : counts) {
+    for (double r : ratios) {
+      ChunkStats st;
+      st.frequency = f;
+      st.important_ratio = r;
+      st.last_access = seg % 8;  // <= the ticks handed out
+      cache.Inherit(C(seg), 10, st);
+      want.push_back(st);
+      ++seg;
+    }
+  }
+  EXPECT_EQ(cache.footprint().statistics, want.size());  // chunk 1000 stays on the GPU
+  for (std::uint32_t i = 0; i < want.size(); ++i) {
+    const std::optional<ChunkStats> got = cache.Stats(C(i + 1));
+    ASSERT_TRUE(got.has_value()) << i;
+    EXPECT_EQ(got->frequency, want[i].frequency) << i;
+    EXPECT_EQ(got->last_access, want[i].last_access) << i;
+    EXPECT_EQ(std::bit_cast<std::uint64_t>(got->important_ratio),
+              std::bit_cast<std::uint64_t>(want[i].important_ratio))
+        << i;
+  }
+  // Forgotten and made again: the side pool's slots are reused, values still exact.
+  for (std::uint32_t i = 0; i < want.size(); ++i) cache.Erase(C(i + 1), &moves);
+  EXPECT_EQ(cache.footprint().statistics, 0u);
+  for (std::uint32_t i = 0; i < want.size(); ++i) {
+    ChunkStats st = want[want.size() - 1 - i];
+    cache.Inherit(C(i + 1), 10, st);
+    const std::optional<ChunkStats> got = cache.Stats(C(i + 1));
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(got->frequency, st.frequency) << i;
+    EXPECT_EQ(got->last_access, st.last_access) << i;
+    EXPECT_EQ(got->important_ratio, st.important_ratio) << i;
+  }
+  // A return to the cache counts on from the kept count, wide or packed.
+  // (Chunk i + 1 now holds want[n - 1 - i]: this one the count packed_max + 1, past the packing.)
+  const std::uint32_t wide = std::uint32_t(want.size() - 4 * std::size(ratios));
+  ASSERT_EQ(cache.Stats(C(wide))->frequency, packed_max + 1);
+  const std::uint64_t before = cache.Stats(C(wide))->frequency;
+  cache.Access(C(wide), 10, 0.5, &moves);
+  EXPECT_EQ(cache.Stats(C(wide))->frequency, before + 1);
+  EXPECT_EQ(cache.Stats(C(wide))->last_access, 8u);
+  cache.CheckInvariants();
 }
 
 // ---- SPEC §IV-D2, Fig. 14 -------------------------------------------------------------------
@@ -476,7 +539,7 @@ TEST(TieredCachePinTest, PinnedInsertedChunkIsForgottenWhenReleased) {
   cache.CheckInvariants();
   cache.ReleasePins(0);
   EXPECT_FALSE(cache.Pinned(C(1)));
-  EXPECT_EQ(cache.Stats(C(1)), nullptr);
+  EXPECT_FALSE(cache.Stats(C(1)).has_value());
   cache.CheckInvariants();
 }
 
