@@ -66,6 +66,12 @@ ItfDecision SelectItf(std::span<const float> probe_scores, int probe_heads, std:
 ItfDecision SelectItfAndVote(std::span<const float> probe_scores, int probe_heads,
                              std::int64_t n, const ItfOptions& options);
 
+// SelectItf (always_vote false) or SelectItfAndVote (true) without `probe_sets` (left empty):
+// the same fallback, similarity, threshold and voted set, cheaper (no per-head sets are built
+// for up to 8 probe heads). What ScoreSource::Itf runs: the Pipeline never reads the sets.
+ItfDecision ItfDecisionOnly(std::span<const float> probe_scores, int probe_heads, std::int64_t n,
+                            const ItfOptions& options, bool always_vote);
+
 // H2O selection: each of `heads` rows of n scores gives its own top-k set.
 std::vector<TokenSet> SelectPerHead(std::span<const float> scores, int heads, std::int64_t n,
                                     std::int64_t k);

@@ -31,15 +31,16 @@ class ScoreSource {
                       std::span<const int> kv_heads, std::vector<float>* out) = 0;
 
   // SPEC's ITF decision for `layer` (core/itf.h SelectItf on the probe heads' scores). The
-  // default asks Scores() for the probe heads and runs SelectItf. A source that already knows
-  // the answer (traces/ TraceScoreSource with a selection memo) overrides it; its answer must be
-  // the default's, except that `probe_sets` may be left empty (the Pipeline does not use them).
+  // default asks Scores() for the probe heads and runs SelectItf without the per-head sets
+  // (ItfDecisionOnly: `probe_sets` is left empty, the Pipeline does not use them). A source
+  // that already knows the answer (traces/ TraceScoreSource with a selection memo) overrides
+  // it; its answer must be the default's.
   // REQUIRES: as Scores(); reused_tokens >= 1.
   virtual ItfDecision Itf(const Request& request, int layer, std::int64_t reused_tokens,
                           std::span<const int> probe_heads, const ItfOptions& options) {
     Scores(request, layer, reused_tokens, probe_heads, &probe_scores_);
-    return SelectItf(probe_scores_, static_cast<int>(probe_heads.size()), reused_tokens,
-                     options);
+    return ItfDecisionOnly(probe_scores_, static_cast<int>(probe_heads.size()), reused_tokens,
+                           options, /*always_vote=*/false);
   }
 
   // H2O's selection for `layer`: each of `heads` keeps its top `k` tokens (core/itf.h

@@ -150,7 +150,8 @@ ItfDecision TraceScoreSource::Itf(const Request& request, int layer, std::int64_
     return d;
   }
   Scores(request, layer, n, probe_heads, &probe_scores_);
-  ItfDecision d = SelectItfAndVote(probe_scores_, options.probe_heads, n, options);
+  ItfDecision d = ItfDecisionOnly(probe_scores_, options.probe_heads, n, options,
+                                  /*always_vote=*/true);
   memo_->Store(ordinal, layer, MemoLayer::FromVoted(n, d.k, d.similarity, d.voted),
                /*from_memo=*/false);
   if (d.fallback) d.voted.clear();  // as SelectItf: a fallback layer has no voted set

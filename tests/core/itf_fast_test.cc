@@ -8,6 +8,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/itf.h"
@@ -133,6 +134,58 @@ TEST(ItfFastTest, SelectItfVotesLikeTheReference) {
     }
   }
   EXPECT_GT(voted, 200);  // the vote itself was exercised, not only fallbacks
+}
+
+// ItfDecisionOnly (what ScoreSource::Itf runs) is SelectItf / SelectItfAndVote without the
+// per-head sets: the same k, similarity (bit for bit), threshold, fallback and voted set, with
+// and without a vote on fallbacks, for 1-8 probe heads (masks) and 9 (the sets' path), on ties,
+// NaN, zeros and infinities, retention 0 to 1.
+TEST(ItfFastTest, DecisionOnlyIsSelectItfWithoutTheSets) {
+  std::mt19937 rng(23);
+  int cases = 0, passes = 0;
+  for (std::int64_t n : {1, 2, 7, 64, 999, 4913}) {
+    for (int heads : {1, 2, 3, 4, 8, 9}) {
+      for (int flavour = 0; flavour < 4; ++flavour) {
+        for (double retention : {0.0, 0.1, 0.25, 0.6, 1.0}) {
+          std::vector<float> s = RandomScores(rng, std::size_t(n) * heads, flavour);
+          if (flavour == 0) {
+            for (int h = 1; h < heads; ++h) {
+              for (std::int64_t t = 0; t < n; ++t) {
+                if (t % 3 != 0) s[std::size_t(h * n + t)] = s[std::size_t(t)];
+              }
+            }
+          }
+          for (double alpha : {1.0, 200.0}) {
+            const ItfOptions o{heads, alpha, retention};
+            for (bool always_vote : {false, true}) {
+              const ItfDecision want =
+                  always_vote ? SelectItfAndVote(s, heads, n, o) : SelectItf(s, heads, n, o);
+              const ItfDecision got = ItfDecisionOnly(s, heads, n, o, always_vote);
+              const std::string at = "n=" + std::to_string(n) + " heads=" +
+                                     std::to_string(heads) + " f=" + std::to_string(flavour) +
+                                     " r=" + std::to_string(retention);
+              ASSERT_EQ(got.k, want.k) << at;
+              if (std::isnan(want.similarity)) {
+                ASSERT_TRUE(std::isnan(got.similarity)) << at;
+              } else {
+                ASSERT_EQ(got.similarity, want.similarity) << at;
+              }
+              ASSERT_EQ(got.threshold, want.threshold) << at;
+              ASSERT_EQ(got.fallback, want.fallback) << at;
+              ASSERT_EQ(got.voted, want.voted) << at;
+              if (heads <= 8) {
+                ASSERT_TRUE(got.probe_sets.empty()) << at;
+              }
+              ++cases;
+              passes += !want.fallback;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(passes, 300);
+  EXPECT_EQ(cases, 6 * 6 * 4 * 5 * 2 * 2);
 }
 
 }  // namespace
