@@ -13,11 +13,9 @@
 // cpu.driver_wake.
 
 #include <sqlite3.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
-#include <cerrno>
 #include <cstdio>
 #include <map>
 #include <filesystem>
@@ -28,6 +26,7 @@
 #include "analysis/results_db.h"
 #include "cli/command_line.h"
 #include "cli/commands.h"
+#include "cli/subprocess.h"
 #include "core/config.h"
 #include "core/errors.h"
 #include "core/options.h"
@@ -41,29 +40,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Runs argv (stdout and stderr to /dev/null); returns its exit code, 128 + signal, or -1.
-int SpawnQuiet(const std::vector<std::string>& argv) {
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    std::FILE* null = std::freopen("/dev/null", "w", stdout);
-    if (null != nullptr) dup2(fileno(stdout), STDERR_FILENO);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return -1;
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return -1;
-}
-
 // The driving thread's time (cpu.driver_op_cost, cpu.driver_wake), timed on the Pipeline's own
 // code: `kvtier hw` runs each of the experiment's systems over its first W requests, W =
 // run.warmup_requests -- the requests `kvtier validate` serves but leaves out of its
@@ -75,18 +51,17 @@ int SpawnQuiet(const std::vector<std::string>& argv) {
 // waits. Prints each system's own numbers on stderr.
 void MeasureDriver(const std::string& config_path, const ExperimentOptions& e,
                    const std::string& dir, hw::CalibrateResult* r) {
+  const std::string self = SelfPath("--driver");
   std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) throw InputError("--driver: cannot find the kvtier binary (/proc/self/exe)");
   const long long requests = e.run.warmup_requests > 0 ? e.run.warmup_requests : 5;
   const fs::path db = fs::path(dir) / ("kvtier_driver_" + std::to_string(getpid()) + ".sqlite");
   fs::remove(db, ec);
   const std::vector<std::string> argv = {
-      self.string(), "hw", "--config", config_path, "--out", db.string(), "--quiet",
+      self, "hw", "--config", config_path, "--out", db.string(), "--quiet",
       "--run.max_requests=" + std::to_string(requests), "--run.warmup_requests=0"};
   std::fprintf(stderr, "kvtier calibrate: driving thread: kvtier hw of %s's systems over %lld "
                "requests ...\n", config_path.c_str(), requests);
-  const int rc = SpawnQuiet(argv);
+  const int rc = Spawn(argv, /*silent=*/true);
   struct Sums { double awake = 0, ops = 0, wake = 0, blocked = 0; };
   std::map<std::string, Sums> per_system;
   if (rc == 0) {

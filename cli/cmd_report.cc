@@ -14,8 +14,6 @@
 // python3-matplotlib lives in /usr/bin/python3's dist-packages; a pyenv or venv python3 earlier
 // on PATH may lack it).
 
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <boost/program_options.hpp>
 #include <cerrno>
@@ -29,6 +27,7 @@
 
 #include "cli/command_line.h"
 #include "cli/commands.h"
+#include "cli/subprocess.h"
 #include "core/errors.h"
 
 namespace kvtier::cli {
@@ -36,32 +35,6 @@ namespace {
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
-
-// Runs argv with stdout/stderr inherited (or to /dev/null when `silent`); returns the exit
-// code, 128 + signal if killed, or -1 if it could not be started.
-int Spawn(const std::vector<std::string>& argv, bool silent) {
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    if (silent) {
-      std::FILE* null = std::freopen("/dev/null", "w", stdout);
-      if (null != nullptr) dup2(fileno(stdout), STDERR_FILENO);
-    }
-    execvp(args[0], args.data());
-    _exit(127);  // not found or not executable
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return -1;
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return -1;
-}
 
 fs::path ExeDir() {
   std::error_code ec;

@@ -1,10 +1,6 @@
 #include "cli/sweep_slurm.h"
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -18,6 +14,7 @@
 
 #include "analysis/results_db.h"
 #include "analysis/shards.h"
+#include "cli/subprocess.h"
 #include "core/errors.h"
 
 namespace kvtier::cli {
@@ -41,50 +38,6 @@ std::string ShellQuote(const std::string& word) {
 
 std::string Absolute(const std::string& path) {
   return fs::absolute(fs::path(path)).lexically_normal().string();
-}
-
-// The running binary (what tasks run: the same kvtier).
-std::string SelfPath() {
-  std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) throw InputError("cannot find the kvtier binary (/proc/self/exe): " + ec.message());
-  return self.string();
-}
-
-// Runs argv, returns its exit code (-1: could not start) and its stdout and stderr in *output.
-int Capture(const std::vector<std::string>& argv, std::string* output) {
-  int fds[2];
-  if (pipe(fds) != 0) return -1;
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    dup2(fds[1], STDERR_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fds[0], buf, sizeof buf)) != 0) {
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    output->append(buf, std::size_t(n));
-  }
-  close(fds[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return -1;
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 std::string Trimmed(std::string s) {
@@ -167,7 +120,7 @@ int WriteSlurmJob(const SlurmJobOptions& options, const std::vector<std::string>
   const char* memo_env = std::getenv("KVTIER_SELECTION_MEMO");
   const std::string memo =
       memo_env != nullptr && *memo_env != '\0' ? std::string(memo_env) : dir + "/memo";
-  const std::string binary = SelfPath();
+  const std::string binary = SelfPath("sweep --slurm");
   const std::string cwd = fs::current_path().string();
   std::string words;
   for (const std::string& w : sweep_words) words += " " + ShellQuote(w);

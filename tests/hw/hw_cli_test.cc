@@ -11,6 +11,7 @@
 #include "core/config.h"
 #include "core/options.h"
 #include "models/layer_table.h"
+#include "tests/hw/hw_cli_util.h"
 #include "tests/hw/hw_test_util.h"
 #include "tests/testutil/run_command.h"
 
@@ -114,11 +115,7 @@ TEST(KvtierCalibrate, DriverIsTimedOnTheExperimentsSystems) {
   testing::ScratchDir dir;
   const std::string d = dir.path();
   std::string out;
-  ASSERT_EQ(RunCmd(Kvtier() + " trace gen --quiet --out " + d + "/t.trace --requests 6 --prompts 2 "
-                "--tasks 1 --examples_min 1 --examples_max 2 --example_tokens 200 "
-                "--example_tokens_sd 20 --rate 50 --model-name smollm2-135m --model-layers 30 "
-                "--model-heads 9 --model-kv-heads 3 --vocab 49152 --calibration_tokens 256",
-                &out), 0) << out;
+  ASSERT_EQ(testing::GenTinySmollmTrace(Kvtier(), d, 6, &out), 0) << out;
   std::ofstream(d + "/exp.ini")
       << "[include]\nmodel = smollm2-135m\nhardware = a100-pcie4-nvme\nsystem = as\n"
          "[experiment]\nname = driver-test\nsystems = as,spec\n[workload]\ntrace = t.trace\n"

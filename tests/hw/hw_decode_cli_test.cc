@@ -12,6 +12,7 @@
 #include <fstream>
 #include <string>
 
+#include "tests/hw/hw_cli_util.h"
 #include "tests/hw/hw_test_util.h"
 #include "tests/testutil/run_command.h"
 #include "tests/testutil/sqlite_scalar.h"
@@ -29,13 +30,8 @@ using kvtier::testing::Scalar;
 std::string MakeDecodeExperiment(const std::string& d, const std::string& systems,
                                  const std::string& extra) {
   std::string out;
-  EXPECT_EQ(RunCmd(Kvtier() + " trace gen --quiet --out " + d + "/t.trace --requests 5 "
-                       "--prompts 2 --tasks 1 --examples_min 1 --examples_max 2 "
-                       "--example_tokens 200 --example_tokens_sd 20 --rate 50 "
-                       "--model-name smollm2-135m --model-layers 30 --model-heads 9 "
-                       "--model-kv-heads 3 --vocab 49152 --calibration_tokens 256 "
-                       "--output_tokens 8 --output_tokens_sd 2",
-                   &out),
+  EXPECT_EQ(testing::GenTinySmollmTrace(Kvtier(), d, 5, &out,
+                                        "--output_tokens 8 --output_tokens_sd 2"),
             0)
       << out;
   std::ofstream(d + "/exp.ini")

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/hw/hw_cli_util.h"
 #include "tests/hw/hw_test_util.h"
 #include "tests/testutil/run_command.h"
 #include "tests/testutil/sqlite_scalar.h"
@@ -30,11 +31,7 @@ TEST(KvtierHw, RunsSystemsIntoTheResultsDatabase) {
   testing::ScratchDir dir;
   const std::string d = dir.path();
   std::string out;
-  ASSERT_EQ(RunCmd(Kvtier() + " trace gen --quiet --out " + d + "/t.trace --requests 6 --prompts 2 "
-                "--tasks 1 --examples_min 1 --examples_max 2 --example_tokens 200 "
-                "--example_tokens_sd 20 --rate 50 --model-name smollm2-135m --model-layers 30 "
-                "--model-heads 9 --model-kv-heads 3 --vocab 49152 --calibration_tokens 256",
-                &out), 0) << out;
+  ASSERT_EQ(testing::GenTinySmollmTrace(Kvtier(), d, 6, &out), 0) << out;
   std::ofstream(d + "/exp.ini")
       << "[include]\nmodel = smollm2-135m\nhardware = a100-pcie4-nvme\nsystem = as\n"
          "[experiment]\nname = hw-test\nsystems = recomp,as\n[workload]\ntrace = t.trace\n"
@@ -61,13 +58,7 @@ TEST(KvtierHw, RunsSystemsIntoTheResultsDatabase) {
 // A tiny smollm2-shaped trace and an experiment running `as` on the host backend.
 std::string MakeExperiment(const std::string& d, const std::string& extra) {
   std::string out;
-  EXPECT_EQ(RunCmd(Kvtier() + " trace gen --quiet --out " + d + "/t.trace --requests 6 "
-                   "--prompts 2 --tasks 1 --examples_min 1 --examples_max 2 --example_tokens 200 "
-                   "--example_tokens_sd 20 --rate 50 --model-name smollm2-135m --model-layers 30 "
-                   "--model-heads 9 --model-kv-heads 3 --vocab 49152 --calibration_tokens 256",
-                   &out),
-            0)
-      << out;
+  EXPECT_EQ(testing::GenTinySmollmTrace(Kvtier(), d, 6, &out), 0) << out;
   std::ofstream(d + "/exp.ini")
       << "[include]\nmodel = smollm2-135m\nhardware = a100-pcie4-nvme\nsystem = as\n"
          "[experiment]\nname = hw-fail\n[workload]\ntrace = t.trace\n"
@@ -308,15 +299,7 @@ TEST(KvtierValidate, PresetsRepeatsAndTheCheck) {
 // (a 64 MiB store).
 std::string MakeLongExperiment(const std::string& d, int requests) {
   std::string out;
-  EXPECT_EQ(RunCmd(Kvtier() + " trace gen --quiet --out " + d + "/t.trace --requests " +
-                       std::to_string(requests) +
-                       " --prompts 2 --tasks 1 --examples_min 1 --examples_max 2 "
-                       "--example_tokens 200 --example_tokens_sd 20 --rate 50 "
-                       "--model-name smollm2-135m --model-layers 30 --model-heads 9 "
-                       "--model-kv-heads 3 --vocab 49152 --calibration_tokens 256",
-                   &out),
-            0)
-      << out;
+  EXPECT_EQ(testing::GenTinySmollmTrace(Kvtier(), d, requests, &out), 0) << out;
   std::ofstream(d + "/exp.ini")
       << "[include]\nmodel = smollm2-135m\nhardware = a100-pcie4-nvme\nsystem = as\n"
          "[experiment]\nname = hw-test\n[workload]\ntrace = t.trace\n"
