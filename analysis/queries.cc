@@ -206,6 +206,26 @@ std::vector<StageErrorRow> SimVsHwStages(const std::string& path,
   return rows;
 }
 
+std::vector<DriverTimeRow> DriverTimes(const std::string& path,
+                                       const std::vector<long long>& run_ids) {
+  std::vector<DriverTimeRow> rows;
+  Reader r(path,
+           "SELECT r.run_id, r.system, "
+           "SUM(CASE m.name WHEN 'hw.driver_awake_s' THEN m.value END), "
+           "SUM(CASE m.name WHEN 'hw.driver_ops' THEN m.value END), "
+           "SUM(CASE m.name WHEN 'hw.driver_wake_s' THEN m.value END), "
+           "SUM(CASE m.name WHEN 'hw.driver_blocked_waits' THEN m.value END) "
+           "FROM runs r JOIN metrics m USING (run_id) WHERE r.mode = 'hw' AND r.complete = 1 "
+           "AND m.name IN ('hw.driver_awake_s', 'hw.driver_ops', 'hw.driver_wake_s', "
+           "'hw.driver_blocked_waits')" +
+               (run_ids.empty() ? std::string() : " AND r.run_id IN (" + IdList(run_ids) + ")") +
+               " GROUP BY r.run_id ORDER BY r.run_id");
+  while (r.Next()) {
+    rows.push_back({r.Int(0), r.Text(1), r.Double(2), r.Double(3), r.Double(4), r.Double(5)});
+  }
+  return rows;
+}
+
 void InsertAccuracy(ResultsDb* db, long long run_id, const std::vector<AccuracyRecord>& rows) {
   sqlite3* h = db->handle();
   sqlite3_stmt* st = nullptr;

@@ -99,6 +99,23 @@ std::vector<StageErrorRow> SimVsHwStages(const std::string& path,
                                          const std::vector<long long>& sim_run_ids,
                                          const std::vector<long long>& hw_run_ids);
 
+// The driving thread's time in one complete hw run (its metrics hw.driver_awake_s,
+// hw.driver_ops, hw.driver_wake_s, hw.driver_blocked_waits: hw/hw_executor.h), what the
+// simulator's cpu.driver_op_cost and cpu.driver_wake model.
+struct DriverTimeRow {
+  long long run_id = 0;
+  std::string system;
+  double awake_s = 0;     // from returning out of a wait to entering the next, summed
+  double ops = 0;         // ops it submitted
+  double wake_s = 0;      // wake-up time after the waits that blocked, summed
+  double blocked_waits = 0;
+};
+
+// The rows of the complete hw runs among `run_ids` that logged the driver metrics (every
+// complete hw run in the file when `run_ids` is empty), by run id.
+std::vector<DriverTimeRow> DriverTimes(const std::string& path,
+                                       const std::vector<long long>& run_ids);
+
 // One row of the accuracy table (`kvtier eval`; analysis/schema.sql documents the columns).
 struct AccuracyRecord {
   std::string task;             // piqa | copa | rte | openbookqa; decode: texts | greedy | niah

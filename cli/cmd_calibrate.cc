@@ -12,7 +12,6 @@
 // thread is timed on the Pipeline's own code (MeasureDriver below) for cpu.driver_op_cost and
 // cpu.driver_wake.
 
-#include <sqlite3.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -23,7 +22,7 @@
 #include <iostream>
 #include <optional>
 
-#include "analysis/results_db.h"
+#include "analysis/queries.h"
 #include "cli/command_line.h"
 #include "cli/commands.h"
 #include "cli/subprocess.h"
@@ -65,26 +64,13 @@ void MeasureDriver(const std::string& config_path, const ExperimentOptions& e,
   struct Sums { double awake = 0, ops = 0, wake = 0, blocked = 0; };
   std::map<std::string, Sums> per_system;
   if (rc == 0) {
-    ResultsDb results(db.string());
-    sqlite3_stmt* st = nullptr;
-    const char* sql =
-        "SELECT r.system, m.name, m.value FROM metrics m JOIN runs r USING (run_id) "
-        "WHERE r.mode = 'hw' AND r.complete = 1 AND m.name IN ('hw.driver_awake_s', "
-        "'hw.driver_ops', 'hw.driver_wake_s', 'hw.driver_blocked_waits')";
-    if (sqlite3_prepare_v2(results.handle(), sql, -1, &st, nullptr) == SQLITE_OK) {
-      while (sqlite3_step(st) == SQLITE_ROW) {
-        Sums& x = per_system[reinterpret_cast<const char*>(sqlite3_column_text(st, 0))];
-        const std::string name = reinterpret_cast<const char*>(sqlite3_column_text(st, 1));
-        const double v = sqlite3_column_double(st, 2);
-        if (name == "hw.driver_awake_s") x.awake += v;
-        if (name == "hw.driver_ops") x.ops += v;
-        if (name == "hw.driver_wake_s") x.wake += v;
-        if (name == "hw.driver_blocked_waits") x.blocked += v;
-      }
+    for (const DriverTimeRow& row : DriverTimes(db.string(), {})) {
+      Sums& x = per_system[row.system];
+      x.awake += row.awake_s, x.ops += row.ops, x.wake += row.wake_s;
+      x.blocked += row.blocked_waits;
     }
-    sqlite3_finalize(st);
   }
-  fs::remove(db, ec);
+  for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(db.string() + suffix, ec);
   if (rc != 0 || per_system.empty()) {
     throw InputError("--driver: `kvtier hw --config " + config_path + "` over " +
                      std::to_string(requests) + " requests failed (exit " + std::to_string(rc) +

@@ -188,6 +188,55 @@ TEST_F(QueriesTest, SimVsHwStagesCompareBusyTimePerStage) {
   EXPECT_NEAR(rows[1].rel_error, 0.5, 1e-9);
 }
 
+// The driving thread's four metrics of each complete hw run, one row per run; sim runs,
+// incomplete runs and runs without the metrics have none.
+TEST_F(QueriesTest, DriverTimesAreTheHwRunsDriverMetrics) {
+  long long hw1 = 0, hw2 = 0, sim = 0, killed = 0, bare = 0;
+  {
+    ResultsDb db(path_);
+    auto run = [&](const std::string& mode, const std::string& system, double awake, double ops,
+                   bool complete, bool metrics) {
+      RunInfo info;
+      info.mode = mode;
+      info.experiment = "x";
+      info.system = system;
+      info.config_sha256 = mode + system + std::to_string(awake);
+      const long long id = db.BeginRun(info);
+      std::unique_ptr<RunLog> log = db.NewRunLog(id);
+      log->LogRequest(RequestRecord{});
+      if (metrics) {
+        log->LogMetric("hw.driver_awake_s", awake);
+        log->LogMetric("hw.driver_ops", ops);
+        log->LogMetric("hw.driver_wake_s", 0.002);
+        log->LogMetric("hw.driver_blocked_waits", 100);
+        log->LogMetric("hw.chunks_read", 7);  // not a driver metric
+      }
+      log->Close();
+      if (complete) db.EndRun(id, 1.0);
+      return id;
+    };
+    hw1 = run("hw", "as", 0.004, 400, true, true);
+    sim = run("sim", "as", 0.001, 10, true, true);
+    hw2 = run("hw", "spec", 0.009, 600, true, true);
+    killed = run("hw", "spec", 0.5, 5, false, true);
+    bare = run("hw", "cake", 0, 0, true, false);
+  }
+  const std::vector<DriverTimeRow> all = DriverTimes(path_, {});
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].run_id, hw1);
+  EXPECT_EQ(all[0].system, "as");
+  EXPECT_NEAR(all[0].awake_s, 0.004, 1e-15);
+  EXPECT_EQ(all[0].ops, 400);
+  EXPECT_NEAR(all[0].wake_s, 0.002, 1e-15);
+  EXPECT_EQ(all[0].blocked_waits, 100);
+  EXPECT_EQ(all[1].run_id, hw2);
+  EXPECT_EQ(all[1].ops, 600);
+  const std::vector<DriverTimeRow> one = DriverTimes(path_, {hw2, sim, killed, bare});
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].run_id, hw2);
+  EXPECT_NEAR(one[0].awake_s, 0.009, 1e-15);
+}
+
 TEST_F(QueriesTest, AccuracyRowsAreInsertedAllOrNone) {
   ResultsDb db(path_);
   RunInfo info;

@@ -256,7 +256,8 @@ TEST(KvtierValidate, PresetsRepeatsAndTheCheck) {
       << out;
   for (const char* part : {"=== preset compute-bound ===", "=== preset io-bound, gpu.flops = "
                            "312TFLOP/s, gpu.efficiency = 0.6, gpu.mem_bw = 2TB/s ===",
-                           "per run: median / p90 (load avg)", "ssd_read", "targets (systems"}) {
+                           "per run: median / p90 (load avg)", "ssd_read", "targets (systems",
+                           "driving thread: the profile's cost per op", "hw us/op [each run]"}) {
     EXPECT_NE(out.find(part), std::string::npos) << part << "\n" << out;
   }
   sqlite3* h = nullptr;
