@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <numbers>
+#include <memory>
 #include <sstream>
 
 #include "core/check.h"
+#include "core/itf.h"
 #include "core/errors.h"
 #include "traces/hash.h"
 
@@ -25,6 +28,8 @@ constexpr std::uint64_t kTagSlowQuery = 0x5A;
 constexpr std::uint64_t kTagFactorStatic = 0x5B;
 constexpr std::uint64_t kTagFactorQuery = 0x5C;
 constexpr std::uint64_t kTagFocus = 0x5D;
+constexpr std::uint64_t kTagSampleStatic = 0x5E;  // SampleTopKCounts' draw, token-keyed part
+constexpr std::uint64_t kTagSampleQuery = 0x5F;   // ... and query-keyed part
 
 // Two 16-bit halves summed: triangular on [-1, 1] (variance 1/6), scaled to unit variance.
 // Closer to Gaussian than one uniform, so mixtures of components keep nearly the same shape
@@ -179,6 +184,130 @@ void SmoothField(std::vector<float>* y, std::int64_t n, int m, double nu) {
   }
 }
 
+
+// SampleTopKCounts' tables for one (es, eq, heads): the CDF F of a head's noise
+// N = es * U1 + eq * U2 on kGrid + 1 points over N's support [-nmax, nmax], and at each point
+// x_i the CDF of Binomial(heads, 1 - F(x_i)) -- the number of heads whose noise exceeds x_i --
+// as 32-bit thresholds, with a guide table of kGuide buckets of u to start its inversion.
+class HeadNoiseTable {
+ public:
+  static constexpr int kGrid = 512;
+  static constexpr int kGuideBits = 6;
+  static constexpr int kGuide = 1 << kGuideBits;
+
+  HeadNoiseTable(double es, double eq, int heads) : es_(es), eq_(eq), heads_(heads) {
+    nmax_ = HeadNoiseSupport(es, eq);
+    delta_ = 2 * nmax_ / kGrid;
+    inv_delta_ = nmax_ > 0 ? 1 / delta_ : 0;
+    f_.resize(kGrid + 1);
+    p_.resize(kGrid + 1);
+    cdf_.resize(std::size_t(kGrid + 1) * heads);
+    guide_.resize(std::size_t(kGrid + 1) * kGuide);
+    for (int i = 0; i <= kGrid; ++i) {
+      const double x = -nmax_ + i * delta_;
+      const double f = i == 0 ? 0.0 : i == kGrid ? 1.0 : HeadNoiseCdf(es, eq, x);
+      f_[i] = float(f);
+      p_[i] = 1 - f;
+      FillBinomial(1 - f, &cdf_[std::size_t(i) * heads], &guide_[std::size_t(i) * kGuide]);
+    }
+  }
+
+  bool Is(double es, double eq, int heads) const {
+    return es == es_ && eq == eq_ && heads == heads_;
+  }
+  double nmax() const { return nmax_; }
+  double inv_delta() const { return inv_delta_; }
+  double delta() const { return delta_; }
+  const float* f() const { return f_.data(); }
+  // P(N > x_i): a head keeps a token whose field is T - x_i.
+  double p(int i) const { return p_[std::size_t(std::clamp(i, 0, kGrid))]; }
+  // The number of heads keeping a token at grid point i, drawn by inverting the binomial at u.
+  int Count(int i, std::uint32_t u) const {
+    int c = guide_[std::size_t(i) * kGuide + (u >> (32 - kGuideBits))];
+    const std::uint32_t* cdf = &cdf_[std::size_t(i) * heads_];
+    while (c < heads_ && u >= cdf[c]) ++c;
+    return c;
+  }
+
+ private:
+  // cdf[c] = P(X <= c) * 2^32 (saturating: 2^32 - 1 is never reached by a draw) for
+  // X ~ Binomial(heads, p), c < heads; guide[j] = X's value at u = j * 2^(32 - kGuideBits).
+  void FillBinomial(double p, std::uint32_t* cdf, std::uint16_t* guide) const {
+    const int h = heads_;
+    auto threshold = [](double cum) -> std::uint32_t {
+      const double v = std::floor(cum * 4294967296.0);
+      return v >= 4294967295.0 ? 0xFFFFFFFFu : v <= 0 ? 0u : std::uint32_t(v);
+    };
+    if (p <= 0) {
+      for (int c = 0; c < h; ++c) cdf[c] = 0xFFFFFFFFu;
+    } else if (p >= 1) {
+      for (int c = 0; c < h; ++c) cdf[c] = 0;
+    } else {
+      double lp = double(h) * std::log1p(-p);  // log P(X = 0)
+      const double lr = std::log(p) - std::log1p(-p);
+      double cum = 0;
+      for (int c = 0; c < h; ++c) {
+        cum += std::exp(lp);
+        cdf[c] = threshold(std::min(cum, 1.0));
+        lp += std::log(double(h - c) / double(c + 1)) + lr;
+      }
+    }
+    for (int j = 0; j < kGuide; ++j) {
+      const std::uint64_t u = std::uint64_t(j) << (32 - kGuideBits);
+      int c = 0;
+      while (c < h && u >= cdf[c]) ++c;
+      guide[j] = static_cast<std::uint16_t>(c);
+    }
+  }
+
+  double es_, eq_;
+  int heads_;
+  double nmax_ = 0, delta_ = 0, inv_delta_ = 0;
+  std::vector<float> f_;
+  std::vector<double> p_;
+  std::vector<std::uint32_t> cdf_;
+  std::vector<std::uint16_t> guide_;
+};
+
+// The table of (es, eq, heads), built on first use: one per layer profile value in version 1
+// and per (request, layer) with v2/v3's head_spread, so a few dozen are kept per thread.
+const HeadNoiseTable& NoiseTableFor(double es, double eq, int heads) {
+  thread_local std::vector<std::unique_ptr<HeadNoiseTable>> tables;
+  for (const auto& t : tables) {
+    if (t->Is(es, eq, heads)) return *t;
+  }
+  if (tables.size() >= 64) tables.erase(tables.begin());
+  tables.push_back(std::make_unique<HeadNoiseTable>(es, eq, heads));
+  return *tables.back();
+}
+
+// The draw's uniform per token and its grid point: u = F(es * U(key ^ ss) + eq * U(sq + t G))
+// (F linear between grid points), the grid point nearest to T - c[t].
+__attribute__((optimize("O3"))) void SampleInputs(const std::uint32_t* keys, const float* c,
+                                                  std::int64_t n, std::uint32_t ss,
+                                                  std::uint32_t sq, float es, float eq,
+                                                  float nmax, float inv_delta, float tg,
+                                                  const float* f, std::int32_t* grid,
+                                                  std::uint32_t* u) {
+  constexpr int kGrid = HeadNoiseTable::kGrid;
+  for (std::int64_t t = 0; t < n; ++t) {
+    const std::uint32_t g = static_cast<std::uint32_t>(t) * 0x9E3779B9u;
+    const float v = es * Unit(hash::Hash32(keys[t] ^ ss)) + eq * Unit(hash::Hash32(sq + g));
+    float sv = (v + nmax) * inv_delta;
+    sv = sv < 0.0f ? 0.0f : sv;
+    sv = sv > float(kGrid) - 0.5f ? float(kGrid) - 0.5f : sv;
+    const int iv = static_cast<int>(sv);
+    const float w = sv - float(iv);
+    const float uf = f[iv] + w * (f[iv + 1] - f[iv]);
+    const float us = uf * 4294967296.0f;
+    u[t] = us >= 4294967040.0f ? 4294967040u : us <= 0.0f ? 0u : static_cast<std::uint32_t>(us);
+    float s = tg - c[t] * inv_delta + 0.5f;
+    s = s < 0.0f ? 0.0f : s;
+    s = s > float(kGrid) ? float(kGrid) : s;
+    grid[t] = static_cast<std::int32_t>(s);
+  }
+}
+
 }  // namespace
 
 void ProceduralParams::Validate(const std::string& where) const {
@@ -227,6 +356,65 @@ void ProceduralParams::Validate(const std::string& where) const {
   }
   if (!(focus >= 0 && focus < 1)) bad("focus: must be in [0, 1)");
   if (focus_tokens < 1 || focus_tokens > 1 << 16) bad("focus_tokens: must be in [1, 65536]");
+}
+
+namespace {
+// The uniforms of a head's noise: Unit() = A + B, A and B uniform on [-h, h],
+// h = 32767.5 * kUnitScale; es * Unit() + eq * Unit() is four of them. A width below 1e-4 of
+// the larger one is left out (its share of the CDF is below 1e-4; the closed form below
+// cancels badly with widths that far apart).
+int NoiseWidths(double es, double eq, double* widths) {
+  const double h = 32767.5 * double(kUnitScale);
+  const double big = std::max(std::abs(es), std::abs(eq));
+  int m = 0;
+  for (double e : {std::abs(es), std::abs(eq)}) {
+    if (e > 0 && e >= 1e-4 * big) {
+      widths[m++] = 2 * h * e;
+      widths[m++] = 2 * h * e;
+    }
+  }
+  return m;
+}
+}  // namespace
+
+double HeadNoiseSupport(double es, double eq) {
+  double a[4];
+  const int m = NoiseWidths(es, eq, a);
+  double s = 0;
+  for (int i = 0; i < m; ++i) s += a[i] / 2;
+  return s;
+}
+
+// P(sum of m uniforms on [0, a_i] <= y) = 1 / (m! prod a_i) sum over subsets J of (-1)^|J|
+// (y - sum_J a_j)_+^m; the sum of uniforms on [-a_i/2, a_i/2] is that shifted by sum a_i / 2.
+double HeadNoiseCdf(double es, double eq, double x) {
+  double a[4];
+  const int m = NoiseWidths(es, eq, a);
+  if (m == 0) return x >= 0 ? 1.0 : 0.0;
+  double half = 0, prod = 1, fact = 1;
+  for (int i = 0; i < m; ++i) {
+    half += a[i] / 2;
+    prod *= a[i];
+    fact *= double(i + 1);
+  }
+  if (x <= -half) return 0;
+  if (x >= half) return 1;
+  const double y = x + half;
+  double sum = 0;
+  for (int mask = 0; mask < (1 << m); ++mask) {
+    double shift = 0;
+    int bits = 0;
+    for (int i = 0; i < m; ++i) {
+      if (mask & (1 << i)) {
+        shift += a[i];
+        ++bits;
+      }
+    }
+    const double d = y - shift;
+    if (d <= 0) continue;
+    sum += (bits % 2 ? -1.0 : 1.0) * std::pow(d, m);
+  }
+  return std::clamp(sum / (fact * prod), 0.0, 1.0);
 }
 
 double ChainCorrelation(double layer_corr, int l, int l2) {
@@ -391,19 +579,30 @@ void ImportanceModel::Scores(std::span<const std::uint32_t> token_keys, std::uin
   KVTIER_DCHECK(static_cast<std::int64_t>(token_keys.size()) >= n, "token keys too short");
   KVTIER_DCHECK(layer >= 0 && layer < layers_, "layer out of range");
   if (n <= 0) return;
+  thread_local std::vector<float> field;
+  double es = 0, eq = 0;
+  Field(token_keys, query_key, layer, n, prefix_tokens, anchors, &field, &es, &eq);
+  HeadRows(token_keys.data(), field.data(), n, query_key, layer, heads, es, eq, out);
+}
+
+void ImportanceModel::Field(std::span<const std::uint32_t> token_keys, std::uint64_t query_key,
+                            int layer, std::int64_t n, std::int64_t prefix_tokens,
+                            AnchorCache* anchors, std::vector<float>* field, double* es_out,
+                            double* eq_out) const {
   if (params_.model == 2) {
-    ScoresV2(token_keys, query_key, layer, heads, n, out,
-             prefix_tokens >= 0 ? prefix_tokens : std::int64_t(token_keys.size()));
+    FieldV2(token_keys, query_key, layer, n,
+            prefix_tokens >= 0 ? prefix_tokens : std::int64_t(token_keys.size()), field, es_out,
+            eq_out);
     return;
   }
   if (params_.model == 3) {
-    ScoresV3(token_keys, query_key, layer, heads, n, out,
-             prefix_tokens >= 0 ? prefix_tokens : std::int64_t(token_keys.size()));
+    FieldV3(token_keys, query_key, layer, n,
+            prefix_tokens >= 0 ? prefix_tokens : std::int64_t(token_keys.size()), field, es_out,
+            eq_out);
     return;
   }
-  thread_local std::vector<float> common;
+  std::vector<float>& common = *field;
   common.resize(static_cast<std::size_t>(n));
-
   // Anchor chain: layer l sits at angle l*phi; anchors every pi/2.
   const double angle = double(layer) * phi_;
   const double quarter = std::numbers::pi / 2;
@@ -435,7 +634,8 @@ void ImportanceModel::Scores(std::span<const std::uint32_t> token_keys, std::uin
                    Salt(seed, kTagQueryAnchor, anchor + 1, query_key), float(cq * std::cos(a)),
                    float(cq * std::sin(a)), common.data());
   }
-  HeadRows(token_keys.data(), common.data(), n, query_key, layer, heads, es, eq, out);
+  *es_out = es;
+  *eq_out = eq;
 }
 
 void ImportanceModel::HeadRows(const std::uint32_t* keys, const float* common, std::int64_t n,
@@ -454,11 +654,12 @@ void ImportanceModel::HeadRows(const std::uint32_t* keys, const float* common, s
   }
 }
 
-void ImportanceModel::ScoresV2(std::span<const std::uint32_t> token_keys,
-                               std::uint64_t query_key, int layer, std::span<const int> heads,
-                               std::int64_t n, float* out, std::int64_t prefix_tokens) const {
+void ImportanceModel::FieldV2(std::span<const std::uint32_t> token_keys,
+                              std::uint64_t query_key, int layer, std::int64_t n,
+                              std::int64_t prefix_tokens, std::vector<float>* field,
+                              double* es_out, double* eq_out) const {
   const ProceduralParams& p = params_;
-  thread_local std::vector<float> shared;
+  std::vector<float>& shared = *field;
   // With smoothing, the field is needed up to the knot after the last token (or the prefix end).
   const std::int64_t m = p.smooth_tokens;
   const std::int64_t field_n =
@@ -513,15 +714,16 @@ void ImportanceModel::ScoresV2(std::span<const std::uint32_t> token_keys,
   const double tail = p.tail;
   const float scale = float(tail * std::sqrt(w));
   for (std::int64_t t = 0; t < n; ++t) shared[t] *= scale;
-  const double es = tail * std::sqrt((1 - w) * (1 - g)), eq = tail * std::sqrt((1 - w) * g);
-  HeadRows(token_keys.data(), shared.data(), n, query_key, layer, heads, es, eq, out);
+  *es_out = tail * std::sqrt((1 - w) * (1 - g));
+  *eq_out = tail * std::sqrt((1 - w) * g);
 }
 
-void ImportanceModel::ScoresV3(std::span<const std::uint32_t> token_keys,
-                               std::uint64_t query_key, int layer, std::span<const int> heads,
-                               std::int64_t n, float* out, std::int64_t prefix_tokens) const {
+void ImportanceModel::FieldV3(std::span<const std::uint32_t> token_keys,
+                              std::uint64_t query_key, int layer, std::int64_t n,
+                              std::int64_t prefix_tokens, std::vector<float>* field,
+                              double* es_out, double* eq_out) const {
   const ProceduralParams& p = params_;
-  thread_local std::vector<float> shared;
+  std::vector<float>& shared = *field;
   // With smoothing, the field is needed up to the knot after the last token (or the prefix end).
   const std::int64_t m = p.smooth_tokens;
   const std::int64_t field_n =
@@ -576,8 +778,98 @@ void ImportanceModel::ScoresV3(std::span<const std::uint32_t> token_keys,
   const double tail = p.tail;
   const float scale = float(tail * std::sqrt(w));
   for (std::int64_t t = 0; t < n; ++t) shared[t] *= scale;
-  const double es = tail * std::sqrt((1 - w) * (1 - g)), eq = tail * std::sqrt((1 - w) * g);
-  HeadRows(token_keys.data(), shared.data(), n, query_key, layer, heads, es, eq, out);
+  *es_out = tail * std::sqrt((1 - w) * (1 - g));
+  *eq_out = tail * std::sqrt((1 - w) * g);
+}
+
+void ImportanceModel::SampleTopKCounts(std::span<const std::uint32_t> token_keys,
+                                       std::uint64_t query_key, int layer, int heads,
+                                       std::int64_t n, std::int64_t k,
+                                       std::vector<std::uint16_t>* counts,
+                                       std::int64_t prefix_tokens, AnchorCache* anchors) const {
+  KVTIER_CHECK(heads >= 1 && heads <= 65535 && n >= 0 && k >= 0 && k <= n,
+               "SampleTopKCounts needs 1 <= heads <= 65535 and 0 <= k <= n");
+  KVTIER_CHECK(static_cast<std::int64_t>(token_keys.size()) >= n, "token keys too short");
+  KVTIER_CHECK(layer >= 0 && layer < layers_, "layer out of range");
+  counts->assign(static_cast<std::size_t>(n), 0);
+  if (k == 0) return;
+  if (k == n) {
+    std::fill(counts->begin(), counts->end(), static_cast<std::uint16_t>(heads));
+    return;
+  }
+  thread_local std::vector<float> field;
+  double es = 0, eq = 0;
+  Field(token_keys, query_key, layer, n, prefix_tokens, anchors, &field, &es, &eq);
+  const HeadNoiseTable& table = NoiseTableFor(es, eq, heads);
+  std::uint16_t* of = counts->data();
+  if (table.nmax() <= 0) {
+    // No noise of their own: every head's row is the field's (HeadRows with es = eq = 0), so
+    // every head keeps the same k tokens -- the exact path's answer.
+    thread_local std::vector<float> row;
+    row.resize(static_cast<std::size_t>(n));
+    const int head0 = 0;
+    HeadRows(token_keys.data(), field.data(), n, query_key, layer, std::span<const int>(&head0, 1),
+             0.0, 0.0, row.data());
+    for (std::int32_t t : TopK(row, k)) of[t] = static_cast<std::uint16_t>(heads);
+    return;
+  }
+  // The sinks' boost in log2 units (HeadRows multiplies their scores by 2^sink_boost).
+  float* c = field.data();
+  const std::int64_t sinks = std::min<std::int64_t>(params_.sink_tokens, n);
+  for (std::int64_t t = 0; t < sinks; ++t) c[t] += static_cast<float>(params_.sink_boost);
+
+  // T: the field level a head's k-th token sits at, sum_t P(c[t] + N > T) = k. With c binned
+  // to the grid (b = round(c / delta)) and T = j delta, token t is at grid point
+  // j + G/2 - b; E(j) (expected tokens kept per head) falls with j: the last j with
+  // E(j) >= k, then linear between j and j + 1.
+  constexpr int kGrid = HeadNoiseTable::kGrid;
+  const double inv_delta = table.inv_delta();
+  thread_local std::vector<std::int64_t> hist;
+  std::int64_t bmin = std::numeric_limits<std::int64_t>::max(), bmax = std::numeric_limits<std::int64_t>::min();
+  for (std::int64_t t = 0; t < n; ++t) {
+    const auto b = static_cast<std::int64_t>(std::floor(double(c[t]) * inv_delta + 0.5));
+    bmin = std::min(bmin, b);
+    bmax = std::max(bmax, b);
+  }
+  hist.assign(static_cast<std::size_t>(bmax - bmin + 1), 0);
+  for (std::int64_t t = 0; t < n; ++t) {
+    const auto b = static_cast<std::int64_t>(std::floor(double(c[t]) * inv_delta + 0.5));
+    ++hist[static_cast<std::size_t>(b - bmin)];
+  }
+  auto expected = [&](std::int64_t j) {
+    // Tokens with b >= j + G/2 are kept by every head (grid point <= 0), b <= j - G/2 by none.
+    double e = 0;
+    const std::int64_t lo = std::max(bmin, j - kGrid / 2 + 1);
+    const std::int64_t hi = std::min(bmax, j + kGrid / 2 - 1);
+    for (std::int64_t b = std::max(bmin, j + kGrid / 2); b <= bmax; ++b) {
+      e += double(hist[static_cast<std::size_t>(b - bmin)]);
+    }
+    for (std::int64_t b = lo; b <= hi; ++b) {
+      e += double(hist[static_cast<std::size_t>(b - bmin)]) * table.p(int(j + kGrid / 2 - b));
+    }
+    return e;
+  };
+  std::int64_t jlo = bmin - kGrid / 2, jhi = bmax + kGrid / 2;  // E(jlo) = n >= k > 0 = E(jhi)
+  while (jhi - jlo > 1) {
+    const std::int64_t mid = jlo + (jhi - jlo) / 2;
+    (expected(mid) >= double(k) ? jlo : jhi) = mid;
+  }
+  const double e0 = expected(jlo), e1 = expected(jhi);
+  const double frac = e0 > e1 ? std::clamp((e0 - double(k)) / (e0 - e1), 0.0, 1.0) : 0.0;
+  const double tg = double(jlo) + frac + kGrid / 2;  // T / delta + G/2
+
+  thread_local std::vector<std::int32_t> grid;
+  thread_local std::vector<std::uint32_t> u;
+  grid.resize(static_cast<std::size_t>(n));
+  u.resize(static_cast<std::size_t>(n));
+  const std::uint64_t seed = params_.seed;
+  SampleInputs(token_keys.data(), c, n, Salt(seed, kTagSampleStatic, std::uint64_t(layer), 0),
+               Salt(seed ^ query_key, kTagSampleQuery, std::uint64_t(layer), 0), float(es),
+               float(eq), float(table.nmax()), float(inv_delta), float(tg), table.f(),
+               grid.data(), u.data());
+  for (std::int64_t t = 0; t < n; ++t) {
+    of[t] = static_cast<std::uint16_t>(table.Count(grid[t], u[t]));
+  }
 }
 
 }  // namespace kvtier

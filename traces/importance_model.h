@@ -125,6 +125,12 @@ std::uint64_t DefaultQueryKey(std::uint64_t seed, RequestId id);
 // version 3's fit factors the layer correlation with.
 double ChainCorrelation(double layer_corr, int l, int l2);
 
+// A head's own noise in every version's last step, N = es * U1 + eq * U2 (U: Unit(), the sum
+// of two uniforms, unit variance): the half-width of its support and its CDF (closed form, four
+// uniforms; a weight below 1e-4 of the other is left out). What SampleTopKCounts draws from.
+double HeadNoiseSupport(double es, double eq);
+double HeadNoiseCdf(double es, double eq, double x);
+
 class ImportanceModel {
  public:
   // `layers` and `kv_heads` are the replayed model's; the head_corr profile is read by
@@ -176,17 +182,46 @@ class ImportanceModel {
               std::span<const int> heads, std::int64_t n, float* out,
               std::int64_t prefix_tokens = -1, AnchorCache* anchors = nullptr) const;
 
+  // H2O's selection sampled from the model's statistics instead of scored head by head
+  // (`workload.h2o_selection = sampled`, docs/configuration.md; the exact path is Scores() of
+  // every head and core/itf.h CountTopKPerHead). (*counts)[t] (resized to n) = how many of
+  // `heads` heads keep token t among their top k of tokens 0..n-1.
+  //
+  // Every head's log2 score is the layer's common field c[t] (plus the sinks' boost) and the
+  // head's own noise N = es * U1 + eq * U2, independent across heads and tokens given c (U:
+  // Unit(), a sum of two uniforms). A head keeps the tokens above its k-th score T_h, and T_h
+  // concentrates (relative spread ~ 1/sqrt(n)) at the T solving sum_t P(c[t] + N > T) = k. So
+  // given c the heads keeping token t are Binomial(heads, p_t), p_t = P(N > T - c[t]), and the
+  // count is drawn so, from N's exact CDF (four uniforms: a closed form). The draw inverts the
+  // binomial at u = F_N(es * U1' + eq * U2'), U1' keyed by the token (as a head's static noise)
+  // and U2' by the query, so requests sharing a prefix share the static part of the draw as
+  // they share a head's static noise. O(n) per layer instead of O(heads * n). What it does not
+  // keep: each head keeps exactly k (the count's total is heads * k in expectation, not
+  // exactly), and which head keeps which token (a kCounted selection does not carry it).
+  // docs/performance.md (session 11) has the comparison with the exact path; the test
+  // (traces/h2o_sampling_test.cc) pins it.
+  // REQUIRES: as Scores(); 0 <= k <= n; 1 <= heads <= 65535.
+  void SampleTopKCounts(std::span<const std::uint32_t> token_keys, std::uint64_t query_key,
+                        int layer, int heads, std::int64_t n, std::int64_t k,
+                        std::vector<std::uint16_t>* counts, std::int64_t prefix_tokens = -1,
+                        AnchorCache* anchors = nullptr) const;
+
  private:
   ProceduralParams params_;
   int layers_;
   int kv_heads_;
-  void ScoresV2(std::span<const std::uint32_t> token_keys, std::uint64_t query_key, int layer,
-                std::span<const int> heads, std::int64_t n, float* out,
-                std::int64_t prefix_tokens) const;
-
-  void ScoresV3(std::span<const std::uint32_t> token_keys, std::uint64_t query_key, int layer,
-                std::span<const int> heads, std::int64_t n, float* out,
-                std::int64_t prefix_tokens) const;
+  // The layer's common field: (*field)[t] for t < n, the log2 score of token t before each
+  // head's own noise es * U(static) + eq * U(query) and the sinks' boost (every version's
+  // Scores is HeadRows over it). v2 and v3 may fill more than n entries (smoothing knots).
+  void Field(std::span<const std::uint32_t> token_keys, std::uint64_t query_key, int layer,
+             std::int64_t n, std::int64_t prefix_tokens, AnchorCache* anchors,
+             std::vector<float>* field, double* es, double* eq) const;
+  void FieldV2(std::span<const std::uint32_t> token_keys, std::uint64_t query_key, int layer,
+               std::int64_t n, std::int64_t prefix_tokens, std::vector<float>* field,
+               double* es, double* eq) const;
+  void FieldV3(std::span<const std::uint32_t> token_keys, std::uint64_t query_key, int layer,
+               std::int64_t n, std::int64_t prefix_tokens, std::vector<float>* field,
+               double* es, double* eq) const;
   // Every version's last step: each requested head's row = the layer's common field plus the
   // head's own static (es) and query (eq) noise, the first sink_tokens boosted.
   void HeadRows(const std::uint32_t* keys, const float* common, std::int64_t n,
