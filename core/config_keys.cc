@@ -165,6 +165,10 @@ constexpr KeySpec kKeys[] = {
     {"workload.trace", K::kPath, "", nullptr, "trace file to replay"},
     {"workload.importance", K::kString, "", nullptr,
      "importance model for traces without scores: 'key=value ...' (traces/FORMAT.md)"},
+    {"workload.h2o_selection", K::kEnum, "exact", "exact|sampled",
+     "H2O's per-head top-k of model-generated importance: exact (every head scored) or sampled "
+     "(each token's head count drawn from the importance model's statistics; changes results, "
+     "docs/configuration.md)"},
     {"workload.retarget", K::kBool, "false", nullptr,
      "replay a trace recorded for another model (layers mapped proportionally, heads cyclically)"},
 

@@ -243,6 +243,7 @@ ExperimentOptions BuildOptions(const Config& c) {
   }
   o.trace = c.GetString("workload.trace");
   o.importance = c.GetString("workload.importance");
+  o.h2o_sampled = c.GetString("workload.h2o_selection") == "sampled";
   // `kvtier hw`'s sizes, checked here so `kvtier config --check` rejects them too (hw/run_hw.cc
   // reads them; what fits with a given model is checked when its executor starts).
   PositiveBytes(c, "hw.max_memory");

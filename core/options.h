@@ -101,6 +101,7 @@ struct ExperimentOptions {
   RunOptions run;
   std::string trace;       // workload.trace
   std::string importance;  // workload.importance
+  bool h2o_sampled = false;  // workload.h2o_selection = sampled
 };
 
 // Builds and validates; the one place every key's range is checked, so `kvtier config --check`

@@ -30,6 +30,7 @@ ExperimentResult Experiment::Run(ExperimentBackend& backend, const ReplayProgres
   RunLog& log = *db_log;
 
   TraceScoreSource scores(replay_->header, opts_.model, replay_->none_model);
+  scores.SampleH2o(opts_.h2o_sampled);
   backend.BeginRun(info, &scores);
   PipelineOptions popts;
   popts.system = opts_.system;

@@ -45,7 +45,8 @@ class SimBackend : public ExperimentBackend {
           opts_.model.layers);
       scores->UseMemo(memo_.get());
     }
-    if (UsesPerHeadTopK(opts_.system) && opts_.model.kv_heads <= 255) {
+    // A sampled H2O selection (workload.h2o_selection) is O(n) a layer: nothing to remember.
+    if (UsesPerHeadTopK(opts_.system) && opts_.model.kv_heads <= 255 && !opts_.h2o_sampled) {
       h2o_memo_ = SelectionMemo::Open(
           dir,
           SelectionMemo::MakeH2oKey(info.trace_sha256, opts_.model, opts_.importance,

@@ -169,6 +169,26 @@ std::int64_t CountSum(const std::vector<std::uint8_t>& counts) {
 Selection TraceScoreSource::TopKPerHead(const Request& request, int layer,
                                         std::int64_t reused_tokens, std::span<const int> heads,
                                         std::int64_t k) {
+  if (sample_h2o_ && reused_tokens >= 1 && !heads.empty()) {
+    auto it = entries_.find(request.id);
+    KVTIER_CHECK(it != entries_.end(), "TraceScoreSource::TopKPerHead: request was not Add()ed");
+    Entry& e = it->second;
+    if (e.kind != ImportanceKind::kExplicit) {
+      const ImportanceModel* model =
+          e.kind == ImportanceKind::kProcedural ? procedural_.get() : none_model_.get();
+      KVTIER_CHECK(model != nullptr, "no importance model for this request");
+      KVTIER_CHECK(layer >= 0 && layer < target_.layers, "layer out of range");
+      KVTIER_CHECK(reused_tokens <= request.prefix_tokens(), "reused_tokens > prefix tokens");
+      for (int h : heads) KVTIER_CHECK(h >= 0 && h < target_.kv_heads, "head out of range");
+      if (std::int64_t(e.token_keys.size()) < reused_tokens) {
+        PrefixTokenKeys(request, &e.token_keys);
+      }
+      model->SampleTopKCounts(e.token_keys, e.query_key, layer, static_cast<int>(heads.size()),
+                              reused_tokens, k, &sampled_counts_, request.prefix_tokens(),
+                              &e.anchors);
+      return Selection::FromCounts(sampled_counts_, static_cast<int>(heads.size()));
+    }
+  }
   // The memo's key names every KV head.
   bool all_heads = static_cast<int>(heads.size()) == target_.kv_heads;
   for (std::size_t j = 0; j < heads.size(); ++j) {

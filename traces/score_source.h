@@ -78,12 +78,19 @@ class TraceScoreSource : public ScoreSource {
   // Remember and reuse H2O's selections in `memo` (opened with SelectionMemo::MakeH2oKey; not
   // owned; nullptr: none). Call before Add().
   void UseH2oMemo(SelectionMemo* memo) { h2o_memo_ = memo; }
+  // H2O's selections of model-generated importance (procedural or none payloads) drawn from the
+  // importance model's statistics (ImportanceModel::SampleTopKCounts) instead of scored head by
+  // head: `workload.h2o_selection = sampled`. Explicit scores are always selected exactly; no
+  // H2O memo is read or written for a sampled selection.
+  void SampleH2o(bool on) { sample_h2o_ = on; }
+  bool sample_h2o() const { return sample_h2o_; }
   // See ScoreSource. With a memo and probe heads 0..P-1, answers from the memo when it holds
   // this (record, layer, n); otherwise computes and stores the decision.
   ItfDecision Itf(const Request& request, int layer, std::int64_t reused_tokens,
                   std::span<const int> probe_heads, const ItfOptions& options) override;
   // See ScoreSource. With an H2O memo and every KV head 0..H-1, answers from the memo when it
   // holds this (record, layer, n) for this k; otherwise computes and stores the selection.
+  // With SampleH2o(true) and model-generated importance, the sampled selection instead.
   Selection TopKPerHead(const Request& request, int layer, std::int64_t reused_tokens,
                         std::span<const int> heads, std::int64_t k) override;
 
@@ -107,6 +114,8 @@ class TraceScoreSource : public ScoreSource {
   std::unordered_map<RequestId, Entry> entries_;
   SelectionMemo* memo_ = nullptr;
   SelectionMemo* h2o_memo_ = nullptr;
+  bool sample_h2o_ = false;
+  std::vector<std::uint16_t> sampled_counts_;  // TopKPerHead()'s scratch when sampling
   std::uint64_t next_ordinal_ = 0;
   std::int64_t over_context_ = 0;  // requests longer than target_.max_context
   std::vector<float> probe_scores_;  // Itf()'s scratch

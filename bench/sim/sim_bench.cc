@@ -180,7 +180,7 @@ struct TimedScores : ScoreSource {
   double retention = 0.25;
   bool replay_selection = true;
   bool memo = false;  // Itf() goes to the TraceScoreSource and its memo, timed as a whole
-  bool h2o_memo = false;  // TopKPerHead() likewise
+  bool h2o_memo = false;  // TopKPerHead() likewise (also when workload.h2o_selection = sampled)
   double score_seconds = 0, select_seconds = 0, itf_seconds = 0;
   ItfDecision Itf(const Request& request, int layer, std::int64_t n,
                   std::span<const int> probe_heads, const ItfOptions& options) override {
@@ -363,10 +363,11 @@ Result RunSystem(const BenchOptions& bo, const std::string& system, MemoRun memo
   sim::SimExecutor executor(opts.model, opts.hardware);
   TimedExecutor timed_exec(&executor);
   TraceScoreSource trace_scores(header, opts.model, replay.none_model);
+  trace_scores.SampleH2o(opts.h2o_sampled);
   std::unique_ptr<SelectionMemo> memo, h2o_memo;
   const std::string memo_dir = dir + "/selections";
   if (memo_run == MemoRun::kCold) fs::remove_all(memo_dir);
-  if (memo_run != MemoRun::kNone && UsesPerHeadTopK(opts.system)) {
+  if (memo_run != MemoRun::kNone && UsesPerHeadTopK(opts.system) && !opts.h2o_sampled) {
     h2o_memo = SelectionMemo::Open(
         memo_dir,
         SelectionMemo::MakeH2oKey(Sha256File(bo.trace), opts.model, opts.importance,
@@ -387,7 +388,7 @@ Result RunSystem(const BenchOptions& bo, const std::string& system, MemoRun memo
   }
   TimedScores scores;
   scores.memo = memo != nullptr;
-  scores.h2o_memo = h2o_memo != nullptr;
+  scores.h2o_memo = h2o_memo != nullptr || opts.h2o_sampled;
   scores.inner = &trace_scores;
   scores.itf = FindSelector(opts.system.select).probe_keys;
   scores.probe_heads = opts.system.itf_options.probe_heads;
