@@ -199,7 +199,7 @@ class ImportanceModel {
   // keep: each head keeps exactly k (the count's total is heads * k in expectation, not
   // exactly), and which head keeps which token (a kCounted selection does not carry it).
   // docs/performance.md (session 11) has the comparison with the exact path; the test
-  // (traces/h2o_sampling_test.cc) pins it.
+  // (tests/traces/h2o_sampling_test.cc) pins it.
   // REQUIRES: as Scores(); 0 <= k <= n; 1 <= heads <= 65535.
   void SampleTopKCounts(std::span<const std::uint32_t> token_keys, std::uint64_t query_key,
                         int layer, int heads, std::int64_t n, std::int64_t k,

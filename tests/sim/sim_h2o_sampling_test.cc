@@ -1,7 +1,7 @@
 // workload.h2o_selection = sampled through the simulator: the H2O baseline's TTFT distribution
 // and bytes on a small conversation trace (model-generated importance, seed=1 as the Mooncake
 // bench) with the sampled selection against the exact one, within the tolerances stated below
-// (the selection-level comparison is traces/h2o_sampling_test.cc).
+// (the selection-level comparison is tests/traces/h2o_sampling_test.cc).
 #include <gtest/gtest.h>
 
 #include <algorithm>
