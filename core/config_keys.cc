@@ -128,6 +128,10 @@ constexpr KeySpec kKeys[] = {
      "also require this measured saving share (1 - packed/stored chunks the reuses' layers "
      "touched, as trace stats' history packing) before a repack; 0: the break-even rule alone "
      "decides (core/reorderer.h)"},
+    {"reorder.from_memory", K::kBool, "false", nullptr,
+     "repack only a segment the GPU and CPU caches hold whole, so that a repack reads nothing "
+     "from the SSD (only rewrites the segment); false: also one that must be read, when the "
+     "break-even rule says the reads pay (core/pipeline.cc, MaybeReorder)"},
     {"cache.policy", K::kEnum, "lru", nullptr, "GPU/CPU cache ranking (core/cache_policy.h)",
      &CachePolicyChoices},
     {"transfer.strategy", K::kEnum, "staged_gather", nullptr,

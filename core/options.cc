@@ -179,6 +179,7 @@ SystemOptions BuildSystemOptions(const Config& c, const ModelSpec& model) {
   s.reorder_min_accesses = static_cast<int>(c.GetInt("reorder.min_accesses"));
   s.reorder_history_weight = c.GetDouble("reorder.history_weight");
   s.reorder_min_gain = c.GetDouble("reorder.min_gain");
+  s.reorder_from_memory = c.GetBool("reorder.from_memory");
   if (!(s.reorder_min_gain >= 0 && s.reorder_min_gain <= 1)) {
     throw ConfigError(c.Where("reorder.min_gain") + ": must be in [0, 1]");
   }

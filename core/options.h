@@ -77,6 +77,7 @@ struct SystemOptions {
   int reorder_min_accesses = 2;
   double reorder_history_weight = 0.8;
   double reorder_min_gain = 0;       // measured saving share a repack must also reach
+  bool reorder_from_memory = false;  // repack only segments the caches hold whole
   std::string cache_policy = "lru";
   TransferStrategy transfer_strategy = TransferStrategy::kStagedGather;  // transfer.strategy
   SsdReadUnit ssd_read_unit = SsdReadUnit::kChunk;                 // transfer.ssd_read_unit

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -154,7 +155,13 @@ void Pipeline::MaybeReorder(RequestId request) {
   Request dummy;
   dummy.id = request;
   RequestRun rs(*this, dummy, /*warmup=*/false, /*holder=*/-1);  // submits background work
-  const auto cost = [this](std::uint32_t id) { return RepackSsdBytes(id); };
+  // With reorder.from_memory a segment the caches do not hold whole is never due: its repack
+  // would read the SSD (it stays a candidate, and is due once a pass finds it held).
+  const auto cost = [this, &sys](std::uint32_t id) {
+    double reads = 0;
+    const double bytes = RepackSsdBytes(id, &reads);
+    return sys.reorder_from_memory && reads > 0 ? std::numeric_limits<double>::infinity() : bytes;
+  };
   for (std::uint32_t old_id : reorderer_->Due(*tree_, cost)) {
     // A request in flight reads this segment's chunks (and has them pinned): it stays due and
     // is repacked by a later pass.
@@ -163,21 +170,22 @@ void Pipeline::MaybeReorder(RequestId request) {
   }
 }
 
-double Pipeline::RepackSsdBytes(std::uint32_t id) const {
+double Pipeline::RepackSsdBytes(std::uint32_t id, double* reads) const {
   const Segment* seg = tree_->FindSegment(id);
   KVTIER_CHECK(seg != nullptr, "RepackSsdBytes: unknown segment");
-  double bytes = 0;
+  double bytes = 0, read = 0;
   for (int l = 0; l < model_.layers; ++l) {
     for (std::uint32_t c = 0; c < seg->num_chunks; ++c) {
       for (KvKind kind : layout_.kinds()) {
         // Written back repacked (the same tokens: the same bytes), read if no cache holds it.
         const double b = double(layout_.ChunkBytes(*seg, c, kind));
         bytes += b;
-        if (cache_->Where(ChunkId::Make(id, kind, std::uint32_t(l), c)) == Tier::kSsd) bytes += b;
+        if (cache_->Where(ChunkId::Make(id, kind, std::uint32_t(l), c)) == Tier::kSsd) read += b;
       }
     }
   }
-  return bytes;
+  if (reads != nullptr) *reads = read;
+  return bytes + read;
 }
 
 // A repack (SPEC §IV-D1) of segment old_id, as background work:

@@ -178,7 +178,8 @@ class Pipeline {
   void ObserveImportance(RequestRun& rs);
   void MaybeReorder(RequestId request);
   // What repacking segment `id` would move over the SSD now (the reorderer's repack cost).
-  double RepackSsdBytes(std::uint32_t id) const;
+  // *reads, when given, is the part of it that reads chunks no cache holds.
+  double RepackSsdBytes(std::uint32_t id, double* reads = nullptr) const;
   // Repacks segment `old_id` (see MaybeReorder), submitting its background ops through `rs`.
   void RepackSegment(RequestRun& rs, RequestId request, std::uint32_t old_id);
   // The reorderer's evidence of request `rs` (before its history is recorded).

@@ -5,6 +5,8 @@
 #   reorder_bench.sh KVTIER SOURCE_DIR WORK_DIR [FIT ...]   (FIT: piqa copa rag ..., default
 #                                                             piqa copa rag)
 #   REQUESTS=N overrides the workload's requests (bench/sim/reorder_workload.ini).
+#   SIM_ARGS="--key=value ..." adds overrides to both simulations (e.g.
+#   SIM_ARGS=--reorder.from_memory=true: repack only segments the caches hold whole).
 #
 # For each fitted importance model configs/importance/smollm2-FIT-v3.ini it
 #   1. generates bench/sim/reorder_workload.ini with that model's params (kvtier trace gen);
@@ -76,8 +78,9 @@ for fit in "${fits[@]}"; do
     rm -f "$db"
     warm=()
     [[ "$half" == all ]] || warm=(--run.warmup_requests="$((requests / 2))")
+    # shellcheck disable=SC2086  # SIM_ARGS: flags split on spaces
     "$kvtier" sim --config "$src/bench/sim/reorder_experiment.ini" --workload.trace="$trace" \
-      --out "$db" --quiet "${warm[@]}" >/dev/null
+      --out "$db" --quiet "${warm[@]}" ${SIM_ARGS:-} >/dev/null
   done
   db1="$work/$fit.all.sqlite" db2="$work/$fit.second.sqlite"
   itf="$(metric ablation_itf kv_chunks_per_layer "$db1")"

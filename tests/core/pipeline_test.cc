@@ -693,6 +693,58 @@ TEST(PipelineTest, RepackFromCachedCopiesReadsNoSsd) {
   }
 }
 
+// reorder.from_memory: a segment the caches hold whole is repacked exactly as without it (the
+// same request, the same ops: no SSD read either way); one they cannot hold whole -- P's 22,528 B
+// against 4 KiB of GPU and CPU room -- is never repacked, where without it the break-even rule
+// repacks it, reading what no cache holds.
+TEST(PipelineTest, FromMemoryRepacksOnlySegmentsTheCachesHoldWhole) {
+  auto held = [](bool from_memory) {
+    SystemOptions sys = System("spec");
+    sys.cache.gpu_capacity = 1 << 20;
+    sys.cache.cpu_capacity = 1 << 20;
+    sys.reorder_from_memory = from_memory;
+    RepackHarness rh(sys, /*prewarm=*/true);
+    return rh.RunUntilRepacked();
+  };
+  const RepackHarness::Repack with = held(true), without = held(false);
+  ASSERT_NE(with.new_id, 0u);
+  EXPECT_EQ(with.new_id, without.new_id);
+  ASSERT_EQ(with.ops.size(), without.ops.size());
+  for (std::size_t i = 0; i < with.ops.size(); ++i) {
+    EXPECT_EQ(with.ops[i].kind, without.ops[i].kind);
+    EXPECT_EQ(with.ops[i].bytes, without.ops[i].bytes);
+    EXPECT_EQ(with.ops[i].ios, without.ops[i].ios);
+  }
+  EXPECT_TRUE(OpsOf(with.ops, TransferKind::kSsdRead).empty());
+
+  auto small = [](bool from_memory) {
+    SystemOptions sys = System("spec");
+    sys.cache.gpu_capacity = 2 * 1024;
+    sys.cache.cpu_capacity = 2 * 1024;
+    sys.reorder_from_memory = from_memory;
+    RepackHarness rh(sys, /*prewarm=*/false);
+    for (RequestId id = 1; id < 40; id += 2) {
+      EXPECT_TRUE(rh.h.pipeline->Run(RepackHarness::P(id)).ok());
+      EXPECT_TRUE(rh.h.pipeline->Run(RepackHarness::D(id + 1)).ok());
+    }
+    EXPECT_TRUE(rh.h.pipeline->Finish().ok());
+    Bytes repack_reads = 0;
+    for (const auto& s : rh.h.executor.history()) {
+      if (s.is_transfer && s.transfer.purpose == Purpose::kReorder &&
+          s.transfer.kind == TransferKind::kSsdRead) {
+        repack_reads += s.transfer.bytes;
+      }
+    }
+    return std::make_pair(rh.h.pipeline->totals().repacked_segments, repack_reads);
+  };
+  const auto [repacks_without, reads_without] = small(false);
+  EXPECT_GT(repacks_without, 0) << "the break-even rule repacks P";
+  EXPECT_GT(reads_without, 0u) << "reading what no cache holds";
+  const auto [repacks_with, reads_with] = small(true);
+  EXPECT_EQ(repacks_with, 0) << "never held whole: never repacked";
+  EXPECT_EQ(reads_with, 0u);
+}
+
 // ---- the reorderer's rent: what each layer's loads of the kept set cost ------------------------
 
 // Reuses P (64 tokens, Scattered: the same 16 tokens kept in every layer, head and request)
