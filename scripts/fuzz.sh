@@ -11,9 +11,11 @@
 # libclang-rt-14-dev libfuzzer-14-dev). A campaign's inputs start from the committed minimised
 # corpus (tests/fuzz/corpus/TARGET), the seeds written from the shipped files (fuzz_seeds) and
 # the working corpus build-fuzz/corpus/TARGET, which is kept, so campaigns add up across runs.
-# Every run appends "target seconds executions findings" to build-fuzz/fuzz-stats.tsv;
-# findings (crash-*, timeout-* over 10 s, leak-*, oom-* over 2 GiB) go to
-# build-fuzz/findings/TARGET/ and make the script exit 1.
+# Every run appends "target seconds executions findings" to build-fuzz/fuzz-stats.tsv (the
+# seconds it ran); findings (crash-*, timeout-* over 10 s, leak-*, oom-* over 2 GiB) go to
+# build-fuzz/findings/TARGET/ and make the script exit 1. A timeout or slow unit whose input runs
+# in time on its own (the fuzzer was stopped or starved: libFuzzer times wall clock) is moved to
+# build-fuzz/not-reproduced/TARGET and the campaign continues.
 # Env: FUZZ_NICE (nice level, 10), FUZZ_ARGS (more libFuzzer flags), KVTIER_FUZZ_GGUF (the
 # tokenizer target's vocabulary; default the SmolLM2 file of scripts/fetch_model.sh).
 set -euo pipefail
@@ -52,28 +54,57 @@ max_len() {  # inputs longer than the readers' interesting structure only slow t
   esac
 }
 
+# A timeout or slow unit is a finding only if its input is slow again when run on its own:
+# libFuzzer's clock is wall time, and on a shared machine a campaign can be stopped or starved
+# for minutes (the timing gate SIGSTOPs every job while somebody measures). Such an input is
+# moved to $build/not-reproduced/TARGET and the campaign goes on for the rest of its seconds.
+recheck() {  # recheck <target> <findings dir> <log>
+  local t="$1" f
+  for f in "$2"/timeout-* "$2"/slow-unit-*; do
+    [[ -f "$f" ]] || continue
+    if ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1" \
+       UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+         nice -n "${FUZZ_NICE:-10}" "$build/tests/fuzz/fuzz_$t" -timeout=10 -rss_limit_mb=2048 \
+           "$f" >>"$3.recheck" 2>&1; then
+      mkdir -p "$build/not-reproduced/$t"
+      mv "$f" "$build/not-reproduced/$t/"
+      echo "fuzz.sh: $t: $(basename "$f") runs in time on its own: not a hang (the fuzzer was" \
+        "stopped or starved meanwhile); moved to $build/not-reproduced/$t" >&2
+    fi
+  done
+}
+
 run_one() {
   local t="$1" secs="$2"
   local corpus="$build/corpus/$t" findings="$build/findings/$t" logs="$build/logs"
   mkdir -p "$corpus" "$findings" "$logs" "tests/fuzz/corpus/$t"
-  local log; log="$logs/$t-$(date +%Y%m%d-%H%M%S).log"
-  echo "fuzz.sh: $t for ${secs}s (log $log)" >&2
-  local rc=0
-  # The first corpus directory is where new inputs go; the others are read only.
-  ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1" \
-  UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
-    nice -n "${FUZZ_NICE:-10}" "$build/tests/fuzz/fuzz_$t" "$corpus" "tests/fuzz/corpus/$t" \
-      "$build/seeds/$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
-      -max_len="$(max_len "$t")" -print_final_stats=1 -artifact_prefix="$findings/" \
-      ${FUZZ_ARGS:-} >"$log" 2>&1 || rc=$?
-  local execs; execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)"
-  local found; found="$(find "$findings" -type f | wc -l)"
-  printf '%s\t%s\t%s\t%s\n' "$t" "$secs" "${execs:-0}" "$found" >>"$build/fuzz-stats.tsv"
-  echo "fuzz.sh: $t: ${execs:-0} executions, exit $rc, $found finding(s) in $findings" >&2
-  if [[ $rc -ne 0 || $found -ne 0 ]]; then
-    tail -40 "$log" >&2
-    return 1
-  fi
+  local start=$SECONDS left="$secs" rc=0
+  while (( left > 0 )); do
+    local log; log="$logs/$t-$(date +%Y%m%d-%H%M%S).log"
+    echo "fuzz.sh: $t for ${left}s (log $log)" >&2
+    local t0=$SECONDS
+    rc=0
+    # The first corpus directory is where new inputs go; the others are read only.
+    ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1" \
+    UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+      nice -n "${FUZZ_NICE:-10}" "$build/tests/fuzz/fuzz_$t" "$corpus" "tests/fuzz/corpus/$t" \
+        "$build/seeds/$t" -max_total_time="$left" -timeout=10 -rss_limit_mb=2048 \
+        -max_len="$(max_len "$t")" -print_final_stats=1 -artifact_prefix="$findings/" \
+        ${FUZZ_ARGS:-} >"$log" 2>&1 || rc=$?
+    local execs; execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)"
+    recheck "$t" "$findings" "$log"
+    local found; found="$(find "$findings" -type f | wc -l)"
+    # Seconds actually fuzzed (a run ends early on a finding), not the ones asked for.
+    printf '%s\t%s\t%s\t%s\n' "$t" "$((SECONDS - t0))" "${execs:-0}" "$found" >>"$build/fuzz-stats.tsv"
+    echo "fuzz.sh: $t: ${execs:-0} executions, exit $rc, $found finding(s) in $findings" >&2
+    if [[ $found -ne 0 || ( $rc -ne 0 && $rc -ne 70 ) ]]; then
+      tail -40 "$log" >&2
+      return 1
+    fi
+    # Exit 70 is libFuzzer's timeout; with the input not reproduced, fuzz on.
+    left=$(( secs - (SECONDS - start) ))
+    (( rc == 70 && left > 5 )) || break
+  done
 }
 
 minimize() {
