@@ -49,7 +49,8 @@ max_len() {  # inputs longer than the readers' interesting structure only slow t
     gguf) echo 32768 ;;          # the seed model is ~27 KB
     trace_reader) echo 16384 ;;
     config) echo 4096 ;;         # the seeds (an experiment with its includes) are <= 2.7 KB
-    tokenizer) echo 1024 ;;      # BPE is local to a piece; long texts only cost time
+    tokenizer) echo 4096 ;;      # long enough for a word whose BPE would be slow if it went
+                                 # quadratic again (a 4 KiB word took 8.6 s before the heap)
     *) echo 8192 ;;
   esac
 }

@@ -11,8 +11,11 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <random>
 #include <sstream>
+#include <unordered_map>
 
+#include "models/gguf.h"
 #include "models/llama.h"
 
 namespace kvtier {
@@ -106,6 +109,64 @@ TEST_F(SmolLm2Test, TokenizerRoundTrips) {
   // Bytes without a symbol in SmolLM2's vocabulary are dropped (as llama.cpp does).
   EXPECT_FALSE(tok().ByteEncodable(0x04));
   EXPECT_EQ(tok().Decode(tok().Encode("a\x04z")), "az");
+}
+
+// The merge loop as first written (rescan every adjacent pair after each merge; lowest rank,
+// leftmost of equal ranks), over the file's own merge list; quadratic, so short pieces only.
+std::vector<int32_t> GreedyMergeLoop(const Tokenizer& tok,
+                                     const std::unordered_map<uint64_t, int>& rank,
+                                     const std::string& text) {
+  std::vector<int32_t> out;
+  for (const std::string& piece : tok.PreTokenize(text)) {
+    std::vector<int32_t> syms;
+    for (char ch : piece) {
+      const std::vector<int32_t> b = tok.Encode(std::string(1, ch), false);
+      syms.push_back(b.empty() ? -1 : b[0]);
+    }
+    while (true) {
+      int best_rank = -1;
+      size_t best = 0;
+      for (size_t i = 0; i + 1 < syms.size(); ++i) {
+        if (syms[i] < 0 || syms[i + 1] < 0) continue;
+        const auto it = rank.find(static_cast<uint64_t>(syms[i]) << 32 |
+                                  static_cast<uint32_t>(syms[i + 1]));
+        if (it != rank.end() && (best_rank < 0 || it->second < best_rank)) {
+          best_rank = it->second;
+          best = i;
+        }
+      }
+      if (best_rank < 0) break;
+      syms[best] = tok.Find(tok.TokenText(syms[best]) + tok.TokenText(syms[best + 1]));
+      syms.erase(syms.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+    }
+    for (int32_t id : syms) {
+      if (id >= 0) out.push_back(id);
+    }
+  }
+  return out;
+}
+
+// Encode's heap of candidate merges gives the ids of the greedy loop it replaced, on real text
+// and on long words of random letters, digits and symbols (ties of equal ranks included).
+TEST_F(SmolLm2Test, AliceAndRandomWordsEncodeAsTheGreedyMergeLoop) {
+  std::unordered_map<uint64_t, int> rank;
+  const std::vector<std::string> merges =
+      GgufFile::Open(ModelPath())->GetStringArray("tokenizer.ggml.merges");
+  for (size_t r = 0; r < merges.size(); ++r) {
+    const size_t sp = merges[r].find(' ', 1);
+    const int32_t l = tok().Find(merges[r].substr(0, sp)), rt = tok().Find(merges[r].substr(sp + 1));
+    rank.emplace(static_cast<uint64_t>(l) << 32 | static_cast<uint32_t>(rt), static_cast<int>(r));
+  }
+  const std::string excerpt = ReadText(SourceDir() + "/tests/data/alice_excerpt.txt");
+  ASSERT_FALSE(excerpt.empty());
+  EXPECT_EQ(tok().Encode(excerpt, false), GreedyMergeLoop(tok(), rank, excerpt));
+  const std::string alphabet = "aaeeiioouu bcdfghklmnprstvwxyz THE_-=.,;:/+0123456789\xc3\xa9";
+  std::mt19937 rng(18);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string s(1 + rng() % 160, ' ');
+    for (char& c : s) c = alphabet[rng() % alphabet.size()];
+    ASSERT_EQ(tok().Encode(s, false), GreedyMergeLoop(tok(), rank, s)) << "'" << s << "'";
+  }
 }
 
 TEST_F(SmolLm2Test, CapitalOfFranceIsParis) {

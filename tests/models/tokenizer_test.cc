@@ -105,6 +105,71 @@ TEST_F(TinyTokenizerTest, RoundTripsAnyBytes) {
   }
 }
 
+// The merge loop as it was written first: rescan every adjacent pair, merge the lowest rank
+// (the leftmost of equal ranks), repeat. Quadratic in the piece's length, so only for short
+// pieces; Encode must give exactly its ids.
+std::vector<int32_t> GreedyReference(const Tokenizer& tok, const std::string& text) {
+  const testing::TinyVocab vocab = testing::MakeTinyVocab();
+  std::vector<int32_t> out;
+  for (const std::string& piece : tok.PreTokenize(text)) {
+    std::vector<int32_t> syms;
+    for (char ch : piece) syms.push_back(tok.Encode(std::string(1, ch), false).at(0));
+    while (true) {
+      int best_rank = -1;
+      size_t best = 0;
+      for (size_t i = 0; i + 1 < syms.size(); ++i) {
+        for (size_t r = 0; r < vocab.merges.size(); ++r) {
+          if (best_rank >= 0 && static_cast<int>(r) >= best_rank) break;
+          const std::string& m = vocab.merges[r];
+          const size_t sp = m.find(' ');
+          if (tok.TokenText(syms[i]) == m.substr(0, sp) &&
+              tok.TokenText(syms[i + 1]) == m.substr(sp + 1)) {
+            best_rank = static_cast<int>(r);
+            best = i;
+          }
+        }
+      }
+      if (best_rank < 0) break;
+      syms[best] = tok.Find(tok.TokenText(syms[best]) + tok.TokenText(syms[best + 1]));
+      syms.erase(syms.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+    }
+    out.insert(out.end(), syms.begin(), syms.end());
+  }
+  return out;
+}
+
+TEST_F(TinyTokenizerTest, RandomWordsOfMergeableLettersEncodeAsTheGreedyMergeLoop) {
+  // Letters of every tiny merge, runs of equal pairs ("llll": ties between equal ranks) and
+  // spaces (the "Ġ" merges).
+  const std::string alphabet = "hellowrdt     ";
+  std::mt19937 rng(18);
+  for (int trial = 0; trial < 1500; ++trial) {
+    std::string s(1 + rng() % 48, ' ');
+    for (char& c : s) c = alphabet[rng() % alphabet.size()];
+    ASSERT_EQ(tok_->Encode(s, false), GreedyReference(*tok_, s)) << "'" << s << "'";
+  }
+  for (const std::string s : {"llllll", "hellhellhe", " the the  thethe", "lllld worldd"}) {
+    EXPECT_EQ(tok_->Encode(s, false), GreedyReference(*tok_, s)) << "'" << s << "'";
+  }
+}
+
+// One pre-tokenizer piece of 64 KiB (a word without spaces, as a base64 blob or a minified
+// file in a prompt would be). The merge loop used to rescan the whole piece after every merge:
+// a 16 KiB word took minutes (fuzz_tokenizer), 64 KiB hours. Now O(n log n).
+TEST_F(TinyTokenizerTest, AWordOfSixtyFourKibibytesWithoutSpacesEncodesInOneGo) {
+  std::string hell;
+  for (int i = 0; i < 16384; ++i) hell += "hell";
+  const std::vector<int32_t> ids = tok_->Encode(hell);
+  ASSERT_EQ(ids.size(), 16384u);
+  for (int32_t id : ids) ASSERT_EQ(id, 258);  // "hell"
+  const std::string ls(65537, 'l');
+  const std::vector<int32_t> lids = tok_->Encode(ls);
+  ASSERT_EQ(lids.size(), 32769u);  // "ll" x 32768, then the odd "l" left over
+  for (size_t i = 0; i + 1 < lids.size(); ++i) ASSERT_EQ(lids[i], 257);
+  EXPECT_EQ(lids.back(), 'l');
+  EXPECT_EQ(tok_->Decode(lids), ls);
+}
+
 TEST(TokenizerErrorsTest, BadMetadataIsModelFileError) {
   const std::string path = (std::filesystem::temp_directory_path() /
                             ("kvtier_tokenizer_bad_" + std::to_string(getpid()) + ".gguf"))
