@@ -13,7 +13,8 @@
 //     Latin-1, general punctuation, common symbol/emoji blocks, combining marks and Unicode
 //     spaces by range; every other non-ASCII code point counts as a letter);
 //  3. each piece's UTF-8 bytes are mapped through GPT-2's bytes_to_unicode and merged by BPE,
-//     lowest merge rank first.
+//     lowest merge rank first (the leftmost of equal ranks), in O(n log n) for a piece of n
+//     bytes, so a long word without spaces costs no more than its length.
 // Decode inverts the byte mapping, so Decode(Encode(s)) == s for every byte string s (invalid
 // UTF-8 included: undecodable bytes are single-byte "other" pieces) whose bytes all have a byte
 // symbol in the vocabulary. A byte without one is dropped, as llama.cpp does; ByteEncodable()
