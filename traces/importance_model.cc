@@ -4,13 +4,13 @@
 #include <bit>
 #include <cmath>
 #include <limits>
-#include <numbers>
 #include <memory>
+#include <numbers>
 #include <sstream>
 
 #include "core/check.h"
-#include "core/itf.h"
 #include "core/errors.h"
+#include "core/itf.h"
 #include "traces/hash.h"
 
 namespace kvtier {
@@ -183,7 +183,6 @@ void SmoothField(std::vector<float>* y, std::int64_t n, int m, double nu) {
     (*y)[t] = a * (*y)[t] + b * v;
   }
 }
-
 
 // SampleTopKCounts' tables for one (es, eq, heads): the CDF F of a head's noise
 // N = es * U1 + eq * U2 on kGrid + 1 points over N's support [-nmax, nmax], and at each point
@@ -827,7 +826,8 @@ void ImportanceModel::SampleTopKCounts(std::span<const std::uint32_t> token_keys
   constexpr int kGrid = HeadNoiseTable::kGrid;
   const double inv_delta = table.inv_delta();
   thread_local std::vector<std::int64_t> hist;
-  std::int64_t bmin = std::numeric_limits<std::int64_t>::max(), bmax = std::numeric_limits<std::int64_t>::min();
+  std::int64_t bmin = std::numeric_limits<std::int64_t>::max();
+  std::int64_t bmax = std::numeric_limits<std::int64_t>::min();
   for (std::int64_t t = 0; t < n; ++t) {
     const auto b = static_cast<std::int64_t>(std::floor(double(c[t]) * inv_delta + 0.5));
     bmin = std::min(bmin, b);

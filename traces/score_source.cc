@@ -174,18 +174,13 @@ Selection TraceScoreSource::TopKPerHead(const Request& request, int layer,
     KVTIER_CHECK(it != entries_.end(), "TraceScoreSource::TopKPerHead: request was not Add()ed");
     Entry& e = it->second;
     if (e.kind != ImportanceKind::kExplicit) {
-      const ImportanceModel* model =
-          e.kind == ImportanceKind::kProcedural ? procedural_.get() : none_model_.get();
-      KVTIER_CHECK(model != nullptr, "no importance model for this request");
       KVTIER_CHECK(layer >= 0 && layer < target_.layers, "layer out of range");
       KVTIER_CHECK(reused_tokens <= request.prefix_tokens(), "reused_tokens > prefix tokens");
       for (int h : heads) KVTIER_CHECK(h >= 0 && h < target_.kv_heads, "head out of range");
-      if (std::int64_t(e.token_keys.size()) < reused_tokens) {
-        PrefixTokenKeys(request, &e.token_keys);
-      }
-      model->SampleTopKCounts(e.token_keys, e.query_key, layer, static_cast<int>(heads.size()),
-                              reused_tokens, k, &sampled_counts_, request.prefix_tokens(),
-                              &e.anchors);
+      ModelFor(request, e, reused_tokens)
+          .SampleTopKCounts(e.token_keys, e.query_key, layer, static_cast<int>(heads.size()),
+                            reused_tokens, k, &sampled_counts_, request.prefix_tokens(),
+                            &e.anchors);
       return Selection::FromCounts(sampled_counts_, static_cast<int>(heads.size()));
     }
   }
@@ -232,12 +227,17 @@ void TraceScoreSource::Scores(const Request& request, int layer, std::int64_t re
     }
     return;
   }
+  ModelFor(request, e, n).Scores(e.token_keys, e.query_key, layer, kv_heads, n, out->data(),
+                                 request.prefix_tokens(), &e.anchors);
+}
+
+const ImportanceModel& TraceScoreSource::ModelFor(const Request& request, Entry& e,
+                                                  std::int64_t n) {
   const ImportanceModel* model =
       e.kind == ImportanceKind::kProcedural ? procedural_.get() : none_model_.get();
   KVTIER_CHECK(model != nullptr, "no importance model for this request");
   if (std::int64_t(e.token_keys.size()) < n) PrefixTokenKeys(request, &e.token_keys);
-  model->Scores(e.token_keys, e.query_key, layer, kv_heads, n, out->data(),
-                request.prefix_tokens(), &e.anchors);
+  return *model;
 }
 
 }  // namespace kvtier

@@ -104,6 +104,9 @@ class TraceScoreSource : public ScoreSource {
     ImportanceModel::AnchorCache anchors;   // procedural/none: version 1's anchor rows
   };
   void AddEntry(RequestId id, ImportanceKind kind, std::uint64_t query_key, ExplicitScores scores);
+  // The importance model behind a model-generated (procedural or none) entry, with the entry's
+  // token keys computed up to `n` tokens of `request`'s prefix.
+  const ImportanceModel& ModelFor(const Request& request, Entry& e, std::int64_t n);
   void NoteContext(const Request& request);
 
   ModelSpec target_;
