@@ -73,7 +73,7 @@ struct Match {
 
 // Lays out `seg` (whose `tokens` is set) as RadixTree::Repack does: one pack per range of
 // `ranges` (sorted, covering [0, seg->tokens)), each packed from a fresh chunk, its tokens in
-// descending `importance` (one value per original offset), ties by offset. Sets packs, stored,
+// descending `importance` (one finite value per original offset), ties by offset. Sets packs, stored,
 // num_chunks and reordered; id is left alone. The reorderer uses it to evaluate a repack before
 // making it (core/reorderer.h).
 void PackByImportance(std::span<const std::pair<std::int64_t, std::int64_t>> ranges,

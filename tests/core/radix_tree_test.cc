@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
 #include <set>
 
 namespace kvtier {
@@ -164,6 +166,42 @@ TEST(RadixTreeTest, PackByImportanceIsTheLayoutRepackMakes) {
   // Pack [0, 3): 1, 2, 0 -> chunks 0, 0, 1; pack [3, 7) from chunk 2: 3, 6, 5, 4.
   EXPECT_EQ(made.stored, (std::vector<std::uint32_t>{2, 0, 1, 3, 6, 5, 4}));
   EXPECT_EQ(made.num_chunks, 4u);
+}
+
+// Packing orders tokens by descending importance, ties by offset, as a stable sort of the
+// offsets by importance does: on random values with many ties (a few distinct levels), zeros
+// of both signs, negative and denormal values, over several packs.
+TEST(RadixTreeTest, PackByImportanceOrdersAsAStableSortWithTiesZerosAndNegatives) {
+  std::mt19937 rng(7);
+  const std::vector<float> levels = {0.0f, -0.0f, 1.5f, -2.25f, 1e-40f, -1e-40f, 3.0f, 1.5f};
+  for (int trial = 0; trial < 50; ++trial) {
+    const std::int64_t tokens = 1 + std::int64_t(rng() % 300);
+    std::vector<float> importance(static_cast<std::size_t>(tokens));
+    for (float& v : importance) {
+      v = rng() % 3 == 0 ? levels[rng() % levels.size()] : float(rng() % 1000) / 64.0f - 4.0f;
+    }
+    std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
+    for (std::int64_t b = 0; b < tokens;) {
+      const std::int64_t e = std::min(tokens, b + 1 + std::int64_t(rng() % 120));
+      ranges.emplace_back(b, e);
+      b = e;
+    }
+    Segment seg;
+    seg.tokens = tokens;
+    PackByImportance(ranges, importance, 16, &seg);
+    std::vector<std::uint32_t> expected(static_cast<std::size_t>(tokens));
+    for (const auto& [b, e] : ranges) {
+      std::vector<std::int64_t> order(static_cast<std::size_t>(e - b));
+      for (std::size_t i = 0; i < order.size(); ++i) order[i] = b + std::int64_t(i);
+      std::stable_sort(order.begin(), order.end(), [&](std::int64_t x, std::int64_t y) {
+        return importance[std::size_t(x)] > importance[std::size_t(y)];
+      });
+      for (std::size_t i = 0; i < order.size(); ++i) {
+        expected[std::size_t(order[i])] = std::uint32_t(b) + std::uint32_t(i);
+      }
+    }
+    ASSERT_EQ(seg.stored, expected) << "trial " << trial;
+  }
 }
 
 }  // namespace
