@@ -187,6 +187,23 @@ std::uint32_t DescendingFloatKey(float v) {
   return ~u;
 }
 
+// Sorts `keys` by their high 32 bits, keeping the order of equal ones (LSD radix, a byte a
+// pass; a pass whose byte is the same in every key is skipped). `tmp` is scratch.
+void StableSortByHighWord(std::vector<std::uint64_t>* keys, std::vector<std::uint64_t>* tmp) {
+  tmp->resize(keys->size());
+  for (int shift = 32; shift < 64; shift += 8) {
+    std::uint32_t count[257] = {};
+    for (std::uint64_t k : *keys) ++count[((k >> shift) & 0xff) + 1];
+    if (std::any_of(count + 1, count + 257,
+                    [n = keys->size()](std::uint32_t c) { return c == n; })) {
+      continue;
+    }
+    for (int b = 0; b < 256; ++b) count[b + 1] += count[b];
+    for (std::uint64_t k : *keys) (*tmp)[count[(k >> shift) & 0xff]++] = k;
+    keys->swap(*tmp);
+  }
+}
+
 }  // namespace
 
 void PackByImportance(std::span<const std::pair<std::int64_t, std::int64_t>> ranges,
@@ -197,19 +214,19 @@ void PackByImportance(std::span<const std::pair<std::int64_t, std::int64_t>> ran
   seg->packs.clear();
   seg->stored.resize(static_cast<std::size_t>(seg->tokens));
   std::uint32_t chunk = 0;
-  // Descending mean importance, ties by original offset: deterministic (SPEC §IV-D1). Sorted
-  // as one 64-bit key per token, (descending importance, offset in the range), so that a plain
-  // sort of integers gives the order a stable sort by importance of ascending offsets gives
-  // (the reorderer packs every reused segment per request to weigh a repack: the indirect
-  // stable sort was ~13% of a warm spec run, sim_bench).
-  thread_local std::vector<std::uint64_t> keys;
+  // Descending mean importance, ties by original offset: deterministic (SPEC §IV-D1). One
+  // 64-bit key per token, (descending importance) << 32 | offset in the range, written in
+  // ascending offset order and radix-sorted stably by the importance half (the reorderer packs
+  // every reused segment per request to weigh a repack: a stable sort through the importance
+  // array was ~13% of a warm spec run, sim_bench).
+  thread_local std::vector<std::uint64_t> keys, scratch;
   for (const auto& [begin, end] : ranges) {
     keys.resize(static_cast<std::size_t>(end - begin));
     for (std::size_t i = 0; i < keys.size(); ++i) {
       keys[i] = std::uint64_t{DescendingFloatKey(importance[std::size_t(begin) + i])} << 32 |
                 std::uint64_t{static_cast<std::uint32_t>(i)};
     }
-    std::sort(keys.begin(), keys.end());
+    StableSortByHighWord(&keys, &scratch);
     for (std::size_t i = 0; i < keys.size(); ++i) {
       seg->stored[std::size_t(begin) + std::size_t(keys[i] & 0xffffffffu)] =
           static_cast<std::uint32_t>(begin) + static_cast<std::uint32_t>(i);
