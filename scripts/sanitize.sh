@@ -13,7 +13,8 @@
 #       which ThreadSanitizer cannot follow (false reports and crashes), and the simulator runs
 #       on one thread anyway; not the CLI tests, whose children are SimGrid processes.
 # Both build without CUDA (nvcc objects are not instrumented; GPU tests skip without a device).
-# Exit status: non-zero if a build or any test fails. Logs: build-{asan,tsan}/sanitize.log.
+# Exit status: non-zero if a build or any test fails, or (asan) any process the tests ran wrote an
+# ASan/LSan report. Logs: build-{asan,tsan}/sanitize.log; asan reports: build-asan/reports/.
 # Env: KVTIER_JOBS (build and ctest parallelism, default nproc), SANITIZE_NICE (default 10),
 # SANITIZE_TARGETS (asan: build and run only these targets, in order, e.g. the suites of core,
 # traces, analysis and cli on a machine short of time; name kvtier before the CLI tests, which
@@ -54,12 +55,25 @@ run_asan() {
   echo "sanitize: asan build $((SECONDS - t0)) s" >&2
   t0=$SECONDS
   local rc=0
-  ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0" \
+  # ASan and LeakSanitizer write each report to reports/asan.<pid> (log_path), so a report of a
+  # `kvtier` child whose exit status its test does not check exactly, or one SIGKILLed later,
+  # is still counted. UBSan's reports go to stderr whatever log_path says (GCC 12's combined
+  # runtime); UBSan is fatal (exit 1), which a test that checks its command's exit status sees.
+  local reports="$PWD/$dir/reports"
+  rm -rf "$reports" && mkdir -p "$reports"
+  ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0:log_path=$reports/asan" \
   UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
     nice -n "$nice_n" ctest --test-dir "$dir" -E "$(excluded "$dir")" -LE bench -j "$jobs" \
       --output-on-failure >"$dir/sanitize.log" 2>&1 || rc=$?
-  echo "sanitize: asan tests $((SECONDS - t0)) s: $(grep -E 'tests passed|tests failed' "$dir/sanitize.log")" >&2
+  local n_reports
+  n_reports=$(find "$reports" -type f | wc -l)
+  echo "sanitize: asan tests $((SECONDS - t0)) s: $(grep -E 'tests passed|tests failed' "$dir/sanitize.log");" \
+    "$n_reports ASan/LSan report file(s) in $dir/reports" >&2
   [[ $rc -eq 0 ]] || grep -E "Failed|\*\*\*" "$dir/sanitize.log" | head -40 >&2
+  if [[ $n_reports -gt 0 ]]; then
+    find "$reports" -type f | head -5 | xargs head -20 >&2
+    rc=1
+  fi
   return $rc
 }
 
