@@ -315,6 +315,9 @@ void ImportanceAccumulator::AddStructure(std::uint64_t group, std::int64_t n,
   const double var = std::max(0.0, m2 / double(n) / (L * L) - p * p);
   s_var_sum_ += var;
   if (p < 1) s_disp_sum_ += var / (p * (1 - p) / L);
+  std::int64_t none = 0;
+  for (std::uint16_t c : kept.count) none += c == 0 ? 1 : 0;
+  s_none_sum_ += double(none) / double(n);
   auto it = kept_.find(group);
   if (it == kept_.end()) {
     if (static_cast<int>(kept_.size()) >= opt_.max_groups) return;
@@ -353,6 +356,7 @@ StructureStats ImportanceAccumulator::StructureResult() const {
   s.random_jaccard = s_requests_ ? s_random_sum_ / reqs : nan;
   s.dispersion = s_requests_ ? s_disp_sum_ / reqs : nan;
   s.f_mean_var = s_requests_ ? s_var_sum_ / reqs : nan;
+  s.kept_by_none = s_requests_ ? s_none_sum_ / reqs : nan;
   for (std::size_t b = 0; b < s_fd_sum_.size(); ++b) {
     s.f_by_distance.push_back(s_fd_n_[b] ? s_fd_sum_[b] / double(s_fd_n_[b]) : nan);
   }

@@ -16,6 +16,9 @@
 //   dispersion   : f_t = |{l : t in S_l}| / L; var over tokens of f_t divided by the binomial
 //                  variance p(1-p)/L, p = k/n (1: layers choose independently); mean over
 //                  requests;
+//   kept by none : share of the tokens no layer set keeps (f_t = 0), mean over requests: the
+//                  lower end of f's distribution, which var(f) alone does not fix (at the same
+//                  dispersion, a right-skewed f keeps more tokens in some layer);
 //   cross-query  : for pairs of requests with an identical prefix, the Pearson correlation of
 //                  their f, and the Jaccard of their top-k tokens by f (ties to the lower index);
 //   chunks touched per layer : |{floor(pos(t)/C) : t in S_l}|, mean over layers and requests,
@@ -84,6 +87,7 @@ struct StructureStats {
   double random_jaccard = 0;  // mean over requests of (k^2/n) / (2k - k^2/n)
   double dispersion = 0;      // mean over requests of var(f) / (p(1-p)/L)
   double f_mean_var = 0;      // mean over requests of var(f) (for the fit)
+  double kept_by_none = 0;    // mean over requests of the share of tokens with f = 0
   // Recency: mean f of tokens at distance [4^i - 1, 4^(i+1) - 1) from the end of the prefix
   // (0-2, 3-14, 15-62, 63-254, ...); NaN where no token was that far.
   std::vector<double> f_by_distance;
@@ -193,7 +197,7 @@ class ImportanceAccumulator {
   std::vector<std::int64_t> s_fd_n_;
   std::vector<std::int64_t> s_jd_n_;
   std::vector<double> s_jp_sum_;  // [l * L + l'], l < l'
-  double s_random_sum_ = 0, s_disp_sum_ = 0, s_var_sum_ = 0;
+  double s_random_sum_ = 0, s_disp_sum_ = 0, s_var_sum_ = 0, s_none_sum_ = 0;
   std::vector<double> s_head_j_sum_, s_head_j2_sum_;  // per layer, structure retention
   std::vector<std::int64_t> s_head_j_n_;
   std::unordered_map<std::uint64_t, std::vector<Kept>> kept_;

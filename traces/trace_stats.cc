@@ -102,7 +102,8 @@ std::string FormatStructureTable(const StructureStats& s) {
     o << line;
   }
   o << "\n  layer-share dispersion   " << Num(s.dispersion, 2) << "x binomial (var f "
-    << Num(s.f_mean_var, 4) << ")\n";
+    << Num(s.f_mean_var, 4) << "), kept by no layer " << Num(100 * s.kept_by_none, 1)
+    << "% of tokens\n";
   o << "  recency: mean f by distance from the prefix end ";
   for (std::size_t b = 0; b < s.f_by_distance.size(); ++b) {
     const long lo = (1L << (2 * b)) - 1, hi = (1L << (2 * b + 2)) - 2;
@@ -153,6 +154,7 @@ std::string FormatStructureJson(const StructureStats& s, const std::string& inde
     << in << "\"random_jaccard\": " << Num(s.random_jaccard) << ",\n"
     << in << "\"dispersion\": " << Num(s.dispersion) << ",\n"
     << in << "\"f_variance\": " << Num(s.f_mean_var, 6) << ",\n"
+    << in << "\"kept_by_none\": " << Num(s.kept_by_none) << ",\n"
     << in << "\"f_by_distance\": " << JsonArray(s.f_by_distance) << ",\n"
     << in << "\"cross_query\": {\"pairs\": " << s.pairs << ", \"f_pearson\": " << Num(s.f_pearson)
     << ", \"f_topk_jaccard\": " << Num(s.f_topk_jaccard) << ", \"focus_lags\": [";

@@ -1,6 +1,7 @@
 // The structure statistics of `trace stats` (traces/importance_stats.h) on hand-built importance
 // with answers derived by hand: layer-set Jaccard by layer distance, layer-share dispersion,
-// recency, cross-query correlation, history/own packing savings and the ITF fallback rate.
+// the share of tokens kept by no layer, recency, cross-query correlation, history/own packing
+// savings and the ITF fallback rate.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -75,6 +76,22 @@ TEST(StructureStats, DispersionAgainstTheBinomial) {
   ImportanceAccumulator same(6, 1, Options());
   same.AddRequest(1, kN, SetScores([](int, std::int64_t t) { return t < 32; }));
   EXPECT_NEAR(same.Result().structure->dispersion, 6.0, 1e-12);
+}
+
+TEST(StructureStats, KeptByNoneCountsTokensNoLayerKeeps) {
+  // Windows: layers 0..5 keep [0, 72) between them, so tokens [72, 128) are kept by none.
+  ImportanceAccumulator acc(6, 1, Options());
+  acc.AddRequest(1, kN, SetScores(Window));
+  EXPECT_NEAR(acc.Result().structure->kept_by_none, 56.0 / 128, 1e-12);
+  // Every layer keeping the same 32 tokens: 96 kept by none. Two requests: the mean.
+  ImportanceAccumulator two(6, 1, Options());
+  two.AddRequest(1, kN, SetScores(Window));
+  two.AddRequest(2, kN, SetScores([](int, std::int64_t t) { return t < 32; }));
+  EXPECT_NEAR(two.Result().structure->kept_by_none, (56.0 + 96.0) / 128 / 2, 1e-12);
+  // Each layer keeping its own 32 tokens (4 layers cover all 128): none left.
+  ImportanceAccumulator cover(4, 1, Options());
+  cover.AddRequest(1, kN, SetScores([](int l, std::int64_t t) { return t / 32 == l; }));
+  EXPECT_DOUBLE_EQ(cover.Result().structure->kept_by_none, 0.0);
 }
 
 TEST(StructureStats, RecencyBinsByDistanceFromTheEnd) {
