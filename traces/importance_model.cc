@@ -123,6 +123,16 @@ __attribute__((optimize("O3"))) void FactorAdd(const std::uint32_t* keys, std::i
   }
 }
 
+// Version 4's skewed fields: out[t] += sd * g(x[t] / sd), g(z) the standardised lognormal
+// (exp(s z) - exp(s^2/2)) / (sign(s) sqrt((exp(s^2) - 1) exp(s^2))): mean 0 and variance 1
+// for a standard normal z, increasing in z for either sign of s, z itself as s -> 0.
+void SkewAdd(const float* x, std::int64_t n, double sd, double s, float* out) {
+  const double mean = std::exp(s * s / 2);
+  const double scale = sd / (std::copysign(1.0, s) * std::sqrt(std::expm1(s * s) * std::exp(s * s)));
+  const double a = s / sd;
+  for (std::int64_t t = 0; t < n; ++t) out[t] += float(scale * (std::exp(a * x[t]) - mean));
+}
+
 // Version 3's focus: y[t] <- sqrt(1-phi) y[t] + sqrt(phi) Q[t], Q unit-variance noise at the
 // knots 0, M, 2M, ... (keyed by the salt and the knot), linear in between, rescaled to unit
 // variance. Positions, not tokens: two requests of one prefix with different queries differ.
@@ -322,7 +332,7 @@ void ProceduralParams::Validate(const std::string& where) const {
   if (sink_tokens < 0 || sink_tokens > 1 << 20) bad("sink_tokens: must be in [0, 2^20]");
   if (!(sink_boost >= 0 && sink_boost <= 60)) bad("sink_boost: must be in [0, 60]");
   if (!(tail > 0 && tail <= 20)) bad("tail: must be in (0, 20]");
-  if (model < 1 || model > 3) bad("model: must be v1, v2 or v3");
+  if (model < 1 || model > 4) bad("model: must be v1, v2, v3 or v4");
   if (!(persistent >= 0 && persistent <= 1)) bad("persistent: must be in [0, 1]");
   if (!(persistent_query >= 0 && persistent_query <= 1)) bad("persistent_query: must be in [0, 1]");
   if (!(head_spread >= 0 && head_spread <= 10)) bad("head_spread: must be in [0, 10]");
@@ -357,6 +367,7 @@ void ProceduralParams::Validate(const std::string& where) const {
   }
   if (!(focus >= 0 && focus < 1)) bad("focus: must be in [0, 1)");
   if (focus_tokens < 1 || focus_tokens > 1 << 16) bad("focus_tokens: must be in [1, 65536]");
+  if (!(skew >= -1.5 && skew <= 1.5)) bad("skew: must be in [-1.5, 1.5]");
 }
 
 namespace {
@@ -456,14 +467,15 @@ std::string ProceduralParams::ToString() const {
       << " smooth_tokens=" << smooth_tokens
       << " head_spread=" << head_spread;
     recency_list();
-  } else if (model == 3) {
-    s << " model=v3 persistent_query=" << persistent_query << " smooth=" << smooth
+  } else if (model == 3 || model == 4) {
+    s << " model=v" << model << " persistent_query=" << persistent_query << " smooth=" << smooth
       << " smooth_tokens=" << smooth_tokens << " head_spread=" << head_spread;
     recency_list();
     s << " focus=" << focus << " focus_tokens=" << focus_tokens << " factors=" << factors
       << " loadings=";
     for (std::size_t i = 0; i < loadings.size(); ++i) s << (i ? "," : "") << loadings[i];
     if (loadings.empty()) s << "none";
+    if (model == 4) s << " skew=" << skew;
   }
   return s.str();
 }
@@ -508,7 +520,7 @@ ImportanceModel::ImportanceModel(const ProceduralParams& params, int layers, int
     const double f = x - double(i);
     w_[l] = p[i] * (1 - f) + p[i + 1] * f;
   }
-  if (params_.model == 3 && params_.factors > 0) {
+  if ((params_.model == 3 || params_.model == 4) && params_.factors > 0) {
     // Loadings by relative depth, rows interpolated linearly (a convex combination of rows of
     // norm <= 1 keeps norm <= 1).
     const std::size_t k = std::size_t(params_.factors);
@@ -596,7 +608,7 @@ void ImportanceModel::Field(std::span<const std::uint32_t> token_keys, std::uint
             eq_out);
     return;
   }
-  if (params_.model == 3) {
+  if (params_.model == 3 || params_.model == 4) {
     FieldV3(token_keys, query_key, layer, n,
             prefix_tokens >= 0 ? prefix_tokens : std::int64_t(token_keys.size()), field, es_out,
             eq_out);
@@ -763,14 +775,18 @@ void ImportanceModel::FieldV3(std::span<const std::uint32_t> token_keys,
                      float(cq * std::sin(a)), shared.data());
     }
   }
-  // The K fields shared across layers, with this layer's loadings.
+  // The K fields shared across layers, with this layer's loadings; version 4 skews their sum.
   const double gs = std::sqrt(1 - p.persistent_query), gq = std::sqrt(p.persistent_query);
+  const bool skewed = p.skew != 0 && common > 0;
+  thread_local std::vector<float> fields;
+  if (skewed) fields.assign(static_cast<std::size_t>(field_n), 0.0f);
   for (std::size_t k = 0; k < b.size(); ++k) {
     if (b[k] == 0) continue;
     FactorAdd(token_keys.data(), field_n, Salt(seed, kTagFactorStatic, k, 0),
               Salt(seed, kTagFactorQuery, k, query_key), float(b[k] * gs), float(b[k] * gq),
-              shared.data());
+              skewed ? fields.data() : shared.data());
   }
+  if (skewed) SkewAdd(fields.data(), field_n, std::sqrt(common), p.skew, shared.data());
   if (p.smooth > 0) SmoothField(&shared, n, p.smooth_tokens, p.smooth);
   if (p.focus > 0) {
     AddFocus(shared.data(), n, p.focus_tokens, p.focus, Salt(seed, kTagFocus, 0, query_key));

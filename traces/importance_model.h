@@ -52,6 +52,14 @@
 //   positions, in every layer: a query attends more to some regions of the prefix (the
 //   document it asks about) than other queries of the same prefix do;
 // - c, e, w (head_corr, head_spread), sinks, tail and recency as version 2.
+// Version 4 (`model=v4`) is version 3 with skewed shared fields (`skew` s): layer l's share of
+// the K fields, P[l,t] = sum_k B[l,k] F_k[t] (variance |B_l|^2), enters as
+//   |B_l| (exp(s z) - exp(s^2/2)) / (sign(s) sqrt((exp(s^2) - 1) exp(s^2))),  z = P / |B_l|
+// (a standardised lognormal of z; s = 0 is version 3's P), so with s > 0 the tokens the
+// fields favour are kept by nearly every layer and the others are pulled less far down: at
+// the same layer-set Jaccard more tokens are kept by some layer. Real attention does that
+// (docs/real-model-observations.md: SmolLM2's share of tokens kept by no layer), and a
+// history packer gains less from it than from version 3's symmetric fields.
 // The prefix part is keyed by the prefix token's identity (a chain hash of the prefix symbols up
 // to it), so requests sharing a prefix share exactly that part, as a cache would share the KV.
 // Thread-compatible; Scores() is const and may run concurrently.
@@ -67,7 +75,7 @@ namespace kvtier {
 
 struct ProceduralParams {
   // Model version: 1 (the formula above; every trace and `workload.importance` string written
-  // before versions existed), 2 (model=v2) or 3 (model=v3).
+  // before versions existed), 2 (model=v2), 3 (model=v3) or 4 (model=v4).
   int model = 1;
   std::uint64_t seed = 1;
   // Correlation of two heads' log-scores per layer, as a depth profile: entry i stands for
@@ -97,12 +105,14 @@ struct ProceduralParams {
   std::vector<double> loadings;   // B: rows of K values, row i at relative depth i/(rows-1)
   double focus = 0;               // phi: share of the field held by the query's focus Q
   int focus_tokens = 256;         // M: knot spacing of Q, tokens
+  // Version 4 only (version 3's keys and this): the skew s of the shared fields, [-1.5, 1.5].
+  double skew = 0;
 
   // Throws InputError naming the offending parameter (`where` prefixes the message).
   void Validate(const std::string& where) const;
   // "seed=1 head_corr=0.8,0.6 layer_corr=0.9 ..." (one line, the INI keys of FORMAT.md).
-  // Version 1 prints exactly the keys it always printed; versions 2 and 3 append
-  // "model=v2" / "model=v3" and their parameters.
+  // Version 1 prints exactly the keys it always printed; versions 2 to 4 append
+  // "model=v2" / "model=v3" / "model=v4" and their parameters.
   std::string ToString() const;
   // Parses the ToString() form ("seed=1 head_corr=0.8,0.6 layer_corr=0.9 ..."; missing keys
   // keep their defaults), as experiments name an importance model in `workload.importance`.
@@ -142,7 +152,7 @@ class ImportanceModel {
   int layers() const { return layers_; }
   int kv_heads() const { return kv_heads_; }
   double head_corr(int layer) const { return w_[layer]; }
-  // Version 3: layer l's loadings on the K shared fields (K values), read by relative depth.
+  // Versions 3 and 4: layer l's loadings on the K shared fields (K values), by relative depth.
   std::span<const double> loadings(int layer) const {
     return std::span<const double>(b_).subspan(std::size_t(layer) * params_.factors,
                                                std::size_t(params_.factors));
@@ -176,7 +186,7 @@ class ImportanceModel {
   // Fills out[j * n + t] for j < heads.size(), t < n with the scores of tokens 0..n-1.
   // `prefix_tokens` (version 2's recency): the request's whole prefix length, of which the n
   // tokens are the first; -1: token_keys.size(). `anchors` (version 1; ignored by versions 2
-  // and 3): the request's AnchorCache, or nullptr to compute the anchor fields every call.
+  // to 4): the request's AnchorCache, or nullptr to compute the anchor fields every call.
   // REQUIRES: token_keys.size() >= n; 0 <= layer < layers(); every head in [0, kv_heads()).
   void Scores(std::span<const std::uint32_t> token_keys, std::uint64_t query_key, int layer,
               std::span<const int> heads, std::int64_t n, float* out,
@@ -212,7 +222,8 @@ class ImportanceModel {
   int kv_heads_;
   // The layer's common field: (*field)[t] for t < n, the log2 score of token t before each
   // head's own noise es * U(static) + eq * U(query) and the sinks' boost (every version's
-  // Scores is HeadRows over it). v2 and v3 may fill more than n entries (smoothing knots).
+  // Scores is HeadRows over it). v2 to v4 may fill more than n entries (smoothing knots).
+  // FieldV3 serves versions 3 and 4.
   void Field(std::span<const std::uint32_t> token_keys, std::uint64_t query_key, int layer,
              std::int64_t n, std::int64_t prefix_tokens, AnchorCache* anchors,
              std::vector<float>* field, double* es, double* eq) const;
@@ -229,7 +240,7 @@ class ImportanceModel {
                 double eq, float* out) const;
 
   std::vector<double> w_;  // head_corr per layer
-  std::vector<double> b_;  // version 3: loadings per layer, layers x factors
+  std::vector<double> b_;  // versions 3, 4: loadings per layer, layers x factors
   double phi_;             // rotation per layer (acos rho)
   double phi_slow_;        // version 2's slow chain (acos rho_s)
   double phi_persist_;     // version 2's persistent field (acos rho_p; 0: constant)

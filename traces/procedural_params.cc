@@ -36,8 +36,10 @@ ProceduralParams ProceduralParams::Parse(const std::string& text, const std::str
           p.model = 2;
         } else if (value == "v3" || value == "3") {
           p.model = 3;
+        } else if (value == "v4" || value == "4") {
+          p.model = 4;
         } else {
-          throw ConfigError(where + ": model: expected v1, v2 or v3, got '" + value + "'");
+          throw ConfigError(where + ": model: expected v1, v2, v3 or v4, got '" + value + "'");
         }
       } else if (key == "persistent") {
         p.persistent = std::stod(value);
@@ -73,13 +75,15 @@ ProceduralParams ProceduralParams::Parse(const std::string& text, const std::str
         p.focus = std::stod(value);
       } else if (key == "focus_tokens") {
         p.focus_tokens = std::stoi(value);
+      } else if (key == "skew") {
+        p.skew = std::stod(value);
       } else {
         throw ConfigError(where + ": unknown importance parameter '" + key +
                           "' (model, seed, head_corr, layer_corr, query_dependence, sink_tokens, "
                           "sink_boost, tail; model=v2 and v3 also persistent_query, smooth, "
                           "smooth_tokens, head_spread, recency; model=v2 also persistent, "
-                          "persistent_corr, slow, slow_corr; model=v3 also factors, loadings, "
-                          "focus, focus_tokens)");
+                          "persistent_corr, slow, slow_corr; model=v3 and v4 also factors, "
+                          "loadings, focus, focus_tokens; model=v4 also skew)");
       }
     } catch (const std::logic_error&) {  // stod/stoi: invalid_argument, out_of_range
       throw ConfigError(where + ": cannot parse '" + item + "'");
@@ -101,9 +105,10 @@ ProceduralParams ProceduralParams::Parse(const std::string& text, const std::str
     throw ConfigError(where + ": persistent_query, smooth, smooth_tokens, head_spread and "
                       "recency need model=v2 or model=v3");
   }
-  if (p.model != 3 && v3_only) {
-    throw ConfigError(where + ": factors, loadings, focus and focus_tokens need model=v3");
+  if (p.model != 3 && p.model != 4 && v3_only) {
+    throw ConfigError(where + ": factors, loadings, focus and focus_tokens need model=v3 or v4");
   }
+  if (p.model != 4 && p.skew != d.skew) throw ConfigError(where + ": skew needs model=v4");
   return p;
 }
 

@@ -50,6 +50,8 @@ void EncodeProcedural(const ProceduralParams& p, wire::ByteWriter* w) {
   // Version 2 appends `var model | var n | f64 field[n]` inside the length-prefixed block; a
   // version-1 block ends after `tail` (and is byte-identical to what older kvtier wrote).
   // Version 3 writes version 2's fields and then focus, focus_tokens, factors, loadings.
+  // Version 4 writes version 3's fields with the number of loading rows before the loadings,
+  // then skew.
   if (p.model != 1) {
     std::vector<double> fields = {p.persistent, p.persistent_query, p.smooth,
                                   double(p.smooth_tokens), p.head_spread,
@@ -59,6 +61,11 @@ void EncodeProcedural(const ProceduralParams& p, wire::ByteWriter* w) {
     if (p.model == 3) {
       fields.insert(fields.end(), {p.focus, double(p.focus_tokens), double(p.factors)});
       fields.insert(fields.end(), p.loadings.begin(), p.loadings.end());
+    } else if (p.model == 4) {
+      fields.insert(fields.end(), {p.focus, double(p.focus_tokens), double(p.factors),
+                                   double(p.loadings.size())});
+      fields.insert(fields.end(), p.loadings.begin(), p.loadings.end());
+      fields.push_back(p.skew);
     }
     w->Var(static_cast<std::uint64_t>(p.model));
     w->Var(fields.size());
@@ -81,7 +88,7 @@ bool DecodeProcedural(wire::ByteReader* r, ProceduralParams* p) {
   r->F64(&p->tail);
   if (r->ok() && r->remaining() > 0) {  // version >= 2; fields beyond the known ones skipped
     std::uint64_t model = 0, n = 0;
-    if (!r->Var(&model) || model < 2 || model > 3 || !r->Var(&n) || n > (1u << 20) ||
+    if (!r->Var(&model) || model < 2 || model > 4 || !r->Var(&n) || n > (1u << 20) ||
         n * 8 > r->remaining()) {
       return false;
     }
@@ -111,6 +118,22 @@ bool DecodeProcedural(wire::ByteReader* r, ProceduralParams* p) {
       p->focus_tokens = static_cast<int>(ft);
       p->factors = static_cast<int>(k);
       p->loadings.assign(f.begin() + std::ptrdiff_t(at + 3), f.end());
+    } else if (model == 4) {
+      const std::size_t at = 9 + std::size_t(m);
+      if (at + 4 > n) return false;
+      p->focus = f[at];
+      const double ft = f[at + 1], k = f[at + 2], count = f[at + 3];
+      if (!(ft >= 1 && ft <= 65536 && ft == std::floor(ft))) return false;
+      if (!(k >= 0 && k <= 64 && k == std::floor(k))) return false;
+      if (!(count >= 0 && count <= double(n) && count == std::floor(count)) ||
+          at + 4 + std::size_t(count) + 1 > n) {
+        return false;
+      }
+      p->focus_tokens = static_cast<int>(ft);
+      p->factors = static_cast<int>(k);
+      const auto first = f.begin() + std::ptrdiff_t(at + 4);
+      p->loadings.assign(first, first + std::ptrdiff_t(count));
+      p->skew = f[at + 4 + std::size_t(count)];  // fields after skew: a later version's
     }
   }
   return r->ok();
