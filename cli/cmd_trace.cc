@@ -439,7 +439,7 @@ int RunStats(const Args& args) {
 }
 
 int RunFit(const Args& args) {
-  std::string trace, out, model = "v3";
+  std::string trace, out, model = "v4";
   double retention = -1;
   TraceStatsOptions opt;
   ModelFitOptions v2;
@@ -447,12 +447,12 @@ int RunFit(const Args& args) {
   Options o;
   o.Add<std::string>(nullptr, "trace", &trace, "trace with importance");
   o.Add<std::string>(nullptr, "out,o", &out, "write the INI here (default stdout)");
-  o.Add<std::string>(nullptr, "model", &model, "v3: fit every parameter of importance model v3 (default); v2: of model v2; v1: version 1's calibration targets");
-  o.Add<double>(nullptr, "retention", &retention, "retention the fit measures at (v3, v2: 0.25; v1: 0.4)");
+  o.Add<std::string>(nullptr, "model", &model, "v4: fit every parameter of importance model v4 (default); v3, v2: of model v3, v2; v1: version 1's calibration targets");
+  o.Add<double>(nullptr, "retention", &retention, "retention the fit measures at (v4, v3, v2: 0.25; v1: 0.4)");
   o.Add<std::int64_t>(nullptr, "importance-requests", &opt.importance_requests, "requests sampled (64)");
-  o.Add<int>(nullptr, "rounds", &v2.rounds, "v2, v3: rounds of the fit (3)");
-  o.Add<std::uint64_t>(nullptr, "seed", &v2.seed, "v2, v3: seed of the fitted model (1)");
-  o.Add<int>(nullptr, "factors", &v2.factors, "v3: fields shared across layers (4)");
+  o.Add<int>(nullptr, "rounds", &v2.rounds, "v2 to v4: rounds of the fit (3)");
+  o.Add<std::uint64_t>(nullptr, "seed", &v2.seed, "v2 to v4: seed of the fitted model (1)");
+  o.Add<int>(nullptr, "factors", &v2.factors, "v3, v4: fields shared across layers (4)");
   AddStructureOptions(&o, &v2.structure, &chunks);
   bool decode = false;
   DecodeFitOptions dfo;
@@ -463,7 +463,7 @@ int RunFit(const Args& args) {
   o.Add<std::int64_t>(nullptr, "decode-records", &dfo.records, "--decode: records the inversion curves are measured on (16)");
   o.positional.add("trace", 1);
   if (!Parse(&o, args, "trace fit",
-             "usage: kvtier trace fit T [--model v3|v2|v1 | --decode] [--out fit.ini]", false)) {
+             "usage: kvtier trace fit T [--model v4|v3|v2|v1 | --decode] [--out fit.ini]", false)) {
     return 0;
   }
   if (trace.empty()) throw InputError("a trace file is required");
@@ -482,8 +482,8 @@ int RunFit(const Args& args) {
     }
     return 0;
   }
-  if (model != "v1" && model != "v2" && model != "v3") {
-    throw InputError("--model: expected v1, v2 or v3, got '" + model + "'");
+  if (model != "v1" && model != "v2" && model != "v3" && model != "v4") {
+    throw InputError("--model: expected v1, v2, v3 or v4, got '" + model + "'");
   }
   if (retention < 0) retention = model == "v1" ? 0.4 : 0.25;
   if (!(retention > 0 && retention <= 1)) throw InputError("--retention: must be in (0, 1]");
@@ -494,7 +494,9 @@ int RunFit(const Args& args) {
   if (model != "v1") {
     v2.retention = retention;
     v2.requests = opt.importance_requests;
-    ini = FormatModelFitIni(model == "v3" ? FitImportanceV3(trace, v2) : FitImportanceV2(trace, v2),
+    ini = FormatModelFitIni(model == "v4"   ? FitImportanceV4(trace, v2)
+                            : model == "v3" ? FitImportanceV3(trace, v2)
+                                            : FitImportanceV2(trace, v2),
                             trace);
   } else {
     ini = FormatFitIni(FitImportance(trace, retention, opt));
@@ -550,7 +552,7 @@ void PrintTraceUsage(std::FILE* f) {
                "  stats            lengths, ideal reuse ratio, head/layer similarity, SPI recall,\n"
                "                   layer/query/position structure, packing savings, ITF fallback,\n"
                "                   decode top-k overlap (step to step, speculative hit)\n"
-               "  fit              fit importance model v3 (--model v2, v1: older versions) to a trace\n"
+               "  fit              fit importance model v4 (--model v3, v2, v1: older versions) to a trace\n"
                "  info             header and first records; validates the whole file\n");
 }
 

@@ -5,7 +5,12 @@
 // (traces/importance_stats.h, all at one retention). Every step measures the model on the
 // trace's own sampled requests (same prefixes, lengths and prefix groups); deterministic.
 //
-// Version 3 (FitImportanceV3, `trace fit`'s default):
+// Version 4 (FitImportanceV4, `trace fit`'s default): version 3's steps below, plus
+//   skew              <- the share of tokens kept by no layer (bisection)
+// and the layer step keeps its iterate by the worst deviation of the Jaccard-by-distance curve
+// and the adjacent-layer Jaccard (the statistics checked at every distance) instead of
+// version 3's sum of squares.
+// Version 3 (FitImportanceV3, `--model v3`; kept so version-3 fits reproduce):
 //   head_corr[l]      <- head Jaccard of layer l          (simultaneous bisection per layer)
 //   head_spread       <- ITF fallback rate (alpha, probe heads)
 //   recency           <- mean f by distance from the prefix end
@@ -43,7 +48,7 @@ struct ModelFitOptions {
   StructureStatsOptions structure;  // ITF alpha and probe heads, chunk sizes (retention: above)
   int rounds = 3;
   std::uint64_t seed = 1;
-  int factors = 4;  // version 3: K, the fields shared across layers
+  int factors = 4;  // versions 3, 4: K, the fields shared across layers
 };
 
 struct ModelFit {
@@ -56,6 +61,7 @@ struct ModelFit {
 // Throws TraceError when the trace has no importance or no request with >= min_tokens tokens.
 ModelFit FitImportanceV2(const std::string& path, const ModelFitOptions& options);
 ModelFit FitImportanceV3(const std::string& path, const ModelFitOptions& options);
+ModelFit FitImportanceV4(const std::string& path, const ModelFitOptions& options);
 
 // Factors a layer correlation matrix (the fit's layer step, exposed for tests): finds B
 // (layers x factors, rows of norm <= 0.99) and rho in [0, 0.95] minimising
