@@ -128,7 +128,8 @@ __attribute__((optimize("O3"))) void FactorAdd(const std::uint32_t* keys, std::i
 // for a standard normal z, increasing in z for either sign of s, z itself as s -> 0.
 void SkewAdd(const float* x, std::int64_t n, double sd, double s, float* out) {
   const double mean = std::exp(s * s / 2);
-  const double scale = sd / (std::copysign(1.0, s) * std::sqrt(std::expm1(s * s) * std::exp(s * s)));
+  const double sign = std::copysign(1.0, s);
+  const double scale = sd / (sign * std::sqrt(std::expm1(s * s) * std::exp(s * s)));
   const double a = s / sd;
   for (std::int64_t t = 0; t < n; ++t) out[t] += float(scale * (std::exp(a * x[t]) - mean));
 }

@@ -80,7 +80,7 @@ ProceduralParams ProceduralParams::Parse(const std::string& text, const std::str
       } else {
         throw ConfigError(where + ": unknown importance parameter '" + key +
                           "' (model, seed, head_corr, layer_corr, query_dependence, sink_tokens, "
-                          "sink_boost, tail; model=v2 and v3 also persistent_query, smooth, "
+                          "sink_boost, tail; model=v2 to v4 also persistent_query, smooth, "
                           "smooth_tokens, head_spread, recency; model=v2 also persistent, "
                           "persistent_corr, slow, slow_corr; model=v3 and v4 also factors, "
                           "loadings, focus, focus_tokens; model=v4 also skew)");
@@ -103,7 +103,7 @@ ProceduralParams ProceduralParams::Parse(const std::string& text, const std::str
   }
   if (p.model == 1 && v2_v3) {
     throw ConfigError(where + ": persistent_query, smooth, smooth_tokens, head_spread and "
-                      "recency need model=v2 or model=v3");
+                      "recency need model=v2, v3 or v4");
   }
   if (p.model != 3 && p.model != 4 && v3_only) {
     throw ConfigError(where + ": factors, loadings, focus and focus_tokens need model=v3 or v4");
