@@ -51,7 +51,7 @@ TEST(ImportanceModelV2, VersionTwoKeysNeedModelV2) {
               std::string::npos)
         << e.what();
   }
-  EXPECT_THROW(ProceduralParams::Parse("model=v4", "x"), ConfigError);
+  EXPECT_THROW(ProceduralParams::Parse("model=v5", "x"), ConfigError);  // no such version
 }
 
 TEST(ImportanceModelV2, TraceHeaderRoundTripsBothVersions) {
