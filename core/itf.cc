@@ -9,6 +9,11 @@
 
 #include "core/check.h"
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#include <immintrin.h>
+#define KVTIER_ITF_AVX512 1
+#endif
+
 namespace kvtier {
 
 std::int64_t RetainedTokens(double retention, std::int64_t n) {
@@ -71,6 +76,75 @@ std::uint32_t DescendingKey(float score) {
   return ~ascending;
 }
 
+// Index collection: the tokens t < n that pass a test, written in order to out[0..count) (out
+// has room for n + 16 entries: the vector paths store whole blocks of 16). The simulator's ITF
+// path collects TopK's boundary bucket, the vote's straddling level and the voted set this way
+// for every probe head and layer; one token at a time, branch-free (a store per token, the
+// end advanced by the test), they were ~45% of TopKBound and ~25% of SelectItfImpl in a cold
+// spec run on the Mooncake trace (perf). With AVX-512, 16 tokens are tested in one compare and
+// their indices packed by one compress into a register (a register compress: the memory
+// form is microcoded and slow on AMD Zen 4, this machine's core). The same indices either
+// way.
+
+// Tokens whose key's top bits (key >> shift) equal `bucket`.
+std::int64_t CollectBucket(const std::uint32_t* keys, std::int64_t n, std::uint32_t bucket,
+                           int shift, std::int32_t* out) {
+  std::int64_t m = 0, t = 0;
+#ifdef KVTIER_ITF_AVX512
+  // key >> shift == bucket  <=>  key - (bucket << shift) < 2^shift (unsigned).
+  const __m512i base = _mm512_set1_epi32(static_cast<int>(bucket << shift));
+  const __m512i width = _mm512_set1_epi32(static_cast<int>(1u << shift));
+  __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i step = _mm512_set1_epi32(16);
+  for (; t + 16 <= n; t += 16) {
+    const __m512i k = _mm512_sub_epi32(_mm512_loadu_si512(keys + t), base);
+    const __mmask16 hit = _mm512_cmplt_epu32_mask(k, width);
+    _mm512_storeu_si512(out + m, _mm512_maskz_compress_epi32(hit, idx));
+    m += __builtin_popcount(hit);
+    idx = _mm512_add_epi32(idx, step);
+  }
+#endif
+  for (; t < n; ++t) {
+    out[m] = static_cast<std::int32_t>(t);
+    m += (keys[t] >> shift) == bucket;
+  }
+  return m;
+}
+
+// Tokens with votes[t] == level (above == false) or votes[t] > level (above == true).
+std::int64_t CollectVotes(const std::uint16_t* votes, std::int64_t n, std::uint16_t level,
+                          bool above, std::int32_t* out) {
+  std::int64_t m = 0, t = 0;
+#ifdef KVTIER_ITF_AVX512
+  const __m256i want = _mm256_set1_epi16(static_cast<short>(level));
+  __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i step = _mm512_set1_epi32(16);
+  for (; t + 16 <= n; t += 16) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(votes + t));
+    const __mmask16 hit =
+        above ? _mm256_cmpgt_epu16_mask(v, want) : _mm256_cmpeq_epu16_mask(v, want);
+    _mm512_storeu_si512(out + m, _mm512_maskz_compress_epi32(hit, idx));
+    m += __builtin_popcount(hit);
+    idx = _mm512_add_epi32(idx, step);
+  }
+#endif
+  for (; t < n; ++t) {
+    out[m] = static_cast<std::int32_t>(t);
+    m += above ? votes[t] > level : votes[t] == level;
+  }
+  return m;
+}
+
+// How many tokens have votes[t] == level. Its own function, so that GCC vectorises this loop
+// over t: inlined into the loop over levels it vectorised the levels instead (there are 2 to
+// 9) and ran the tokens one at a time, ~35% of SelectItfImpl (perf, cold spec, Mooncake).
+__attribute__((noinline)) std::int64_t CountVotes(const std::uint16_t* votes, std::int64_t n,
+                                                  std::uint16_t level) {
+  std::uint32_t c = 0;  // n < 2^31 (token indices are int32)
+  for (std::int64_t t = 0; t < n; ++t) c += votes[t] == level;
+  return c;
+}
+
 }  // namespace
 
 // Radix select on the 32-bit rank keys, ranked by (key asc, index asc): a histogram of the keys'
@@ -124,16 +198,17 @@ std::uint64_t TopKBound(std::span<const float> scores, std::int64_t k,
   std::int64_t below = 0;
   while (below + in_bucket(b) < k) below += in_bucket(b++);
   const std::int64_t need = k - below;  // 1 <= need <= in_bucket(b)
-  // The bucket's tokens, (key, index) packed, collected branch-free (one spare slot).
+  // The bucket's tokens, (key, index) packed.
   const std::int64_t nb = in_bucket(b);
-  boundary.resize(static_cast<std::size_t>(nb) + 1);
-  std::int64_t m = 0;
-  for (std::int64_t t = 0; t < n; ++t) {
-    boundary[static_cast<std::size_t>(m)] =
-        (std::uint64_t{keys[t]} << 32) | static_cast<std::uint32_t>(t);
-    m += (keys[t] >> kShift) == b;
-  }
+  thread_local std::vector<std::int32_t> in_b;
+  in_b.resize(static_cast<std::size_t>(n) + 16);
+  const std::int64_t m = CollectBucket(keys, n, b, kShift, in_b.data());
   KVTIER_DCHECK(m == nb, "TopK's boundary disagrees with its histogram");
+  boundary.resize(static_cast<std::size_t>(nb));
+  for (std::int64_t j = 0; j < nb; ++j) {
+    const std::int32_t t = in_b[static_cast<std::size_t>(j)];
+    boundary[static_cast<std::size_t>(j)] = (std::uint64_t{keys[t]} << 32) | std::uint32_t(t);
+  }
   // The need-th smallest (key, index) of the boundary bucket is the last one kept.
   std::nth_element(boundary.begin(), boundary.begin() + (need - 1), boundary.begin() + nb);
   // A token is kept iff its (key, index) <= last_kept; last_kept + 1 cannot overflow: indices
@@ -302,16 +377,14 @@ ItfDecision SelectItfImpl(std::span<const float> probe_scores, int probe_heads, 
   // index order emits the set sorted. Replaces a union, a binary search per candidate and head,
   // and a heap partial_sort of every candidate: SelectItf with 3 probe heads went from 605 to
   // 47 us of CPU per layer at n = 4,900, k = 1,225, its three TopK calls included.
-  // Level counts: one compare-and-count pass per level, which GCC vectorises at -O3 (~0.5 us
-  // for three levels at n = 4,900; a histogram's increments of one counter by consecutive
-  // tokens would wait on each other through memory).
+  // Level counts: one compare-and-count pass per level (CountVotes, vectorised; a histogram's
+  // increments of one counter by consecutive tokens would wait on each other through memory).
   const std::size_t levels = static_cast<std::size_t>(probe_heads) + 1;
   std::vector<std::int64_t> at_level(levels, 0);
   const std::uint16_t* vote = votes.data();
   std::int64_t voted_any = 0;
   for (std::size_t v = 1; v < levels; ++v) {
-    std::int64_t c = 0;
-    for (std::int64_t t = 0; t < n; ++t) c += vote[t] == v;
+    const std::int64_t c = CountVotes(vote, n, static_cast<std::uint16_t>(v));
     at_level[v] = c;
     voted_any += c;
   }
@@ -324,15 +397,12 @@ ItfDecision SelectItfImpl(std::span<const float> probe_scores, int probe_heads, 
   }
   const std::int64_t need = d.k - kept;  // taken from `level` by (summed score desc, index asc)
   if (need > 0) {
-    // The level's tokens, collected branch-free (whether a token is on the level is a coin
-    // flip for the branch predictor), then scored and ordered.
+    // The level's tokens (CollectVotes), then scored and ordered.
     thread_local std::vector<std::int32_t> on_level;
-    on_level.resize(static_cast<std::size_t>(at_level[static_cast<std::size_t>(level)]) + 1);
-    std::int64_t m = 0;
-    for (std::int64_t t = 0; t < n; ++t) {
-      on_level[static_cast<std::size_t>(m)] = static_cast<std::int32_t>(t);
-      m += votes[static_cast<std::size_t>(t)] == level;
-    }
+    on_level.resize(static_cast<std::size_t>(n) + 16);
+    const std::int64_t m = CollectVotes(vote, n, static_cast<std::uint16_t>(level),
+                                        /*above=*/false, on_level.data());
+    KVTIER_DCHECK(m == at_level[static_cast<std::size_t>(level)], "the vote's level count");
     struct Candidate {
       double score;
       std::int32_t token;
@@ -352,22 +422,52 @@ ItfDecision SelectItfImpl(std::span<const float> probe_scores, int probe_heads, 
       if (a.score != b.score) return a.score > b.score;
       return a.token < b.token;
     };
-    std::nth_element(cands.begin(), cands.begin() + (need - 1), cands.end(), better);
+    // The `need` best by `better`, without ordering all m (1 <= need < m): the summed scores
+    // rounded to float are a coarse rank (rounding is monotone, so a smaller rounded score
+    // never beats a larger one), and TopKBound's radix select on them finds the rounded
+    // score of the need-th best. Every candidate rounding above it wins; those rounding to it
+    // (a few, usually one) are ordered by `better` itself. An nth_element of all m by `better`
+    // was ~35% of SelectItfImpl once the collections were vectorised (m ~ 1,600 at n = 12,000).
+    thread_local std::vector<float> rounded;
+    thread_local std::vector<std::uint32_t> rounded_keys;
+    rounded.resize(static_cast<std::size_t>(m));
+    for (std::int64_t i = 0; i < m; ++i) {
+      rounded[static_cast<std::size_t>(i)] =
+          static_cast<float>(cands[static_cast<std::size_t>(i)].score);
+    }
+    const std::uint32_t edge = static_cast<std::uint32_t>(
+        (TopKBound(rounded, need, &rounded_keys) - 1) >> 32);  // the need-th best's key
+    thread_local std::vector<Candidate> tied;
+    tied.clear();
+    std::int64_t won = 0;
+    for (std::int64_t i = 0; i < m; ++i) {
+      const std::uint32_t key = rounded_keys[static_cast<std::size_t>(i)];
+      const Candidate& c = cands[static_cast<std::size_t>(i)];
+      if (key < edge) {
+        votes[static_cast<std::size_t>(c.token)] = static_cast<std::uint16_t>(level + 1);
+        ++won;
+      } else if (key == edge) {
+        tied.push_back(c);
+      }
+    }
+    const std::int64_t from_tied = need - won;  // 1 <= from_tied <= |tied|
+    KVTIER_DCHECK(from_tied >= 1 && from_tied <= std::int64_t(tied.size()),
+                  "the vote's rounded ranking");
+    std::nth_element(tied.begin(), tied.begin() + (from_tied - 1), tied.end(), better);
     // The winners move up a level (votes is scratch), so the emission keeps "votes > level".
-    for (std::int64_t i = 0; i < need; ++i) {
-      votes[static_cast<std::size_t>(cands[static_cast<std::size_t>(i)].token)] =
+    for (std::int64_t i = 0; i < from_tied; ++i) {
+      votes[static_cast<std::size_t>(tied[static_cast<std::size_t>(i)].token)] =
           static_cast<std::uint16_t>(level + 1);
     }
   }
-  // Branch-free emission, as in TopK.
-  d.voted.resize(static_cast<std::size_t>(d.k) + 1);
-  std::int64_t emitted = 0;
-  for (std::int64_t t = 0; t < n; ++t) {
-    d.voted[static_cast<std::size_t>(emitted)] = static_cast<std::int32_t>(t);
-    emitted += votes[static_cast<std::size_t>(t)] > level;
-  }
+  // The voted set: every token above `level` (CollectVotes into scratch, so the set's own
+  // buffer is k entries, as before).
+  thread_local std::vector<std::int32_t> above;
+  above.resize(static_cast<std::size_t>(n) + 16);
+  const std::int64_t emitted = CollectVotes(vote, n, static_cast<std::uint16_t>(level),
+                                            /*above=*/true, above.data());
   KVTIER_DCHECK(emitted == d.k, "the vote kept a wrong count");
-  d.voted.resize(static_cast<std::size_t>(d.k));
+  d.voted.assign(above.begin(), above.begin() + d.k);
   return d;
 }
 
