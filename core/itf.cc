@@ -163,22 +163,23 @@ namespace {
 //
 // Two shortcuts, both exact, from a cold spec run on the Mooncake trace (n ~ 12,000, the
 // histogram ~30% of this function and the boundary's nth_element ~20%, perf):
-// - The boundary bucket is first guessed: the previous call's on this thread. ITF asks for the
-//   k-th score of 3 probe heads of one layer, then of the next layer, whose k-th scores lie a
-//   small fraction of a bucket (a quarter octave) apart, so the guess is mostly right; the key
+// - The boundary bucket is first guessed: *guess, the previous call's of the same caller
+//   (each caller keeps its own, thread_local). ITF asks for the k-th score of 3 probe heads of
+//   one layer, then of the next layer, whose k-th scores lie a small fraction of a bucket (a
+//   quarter octave) apart, so the guess is mostly right; the key
 //   pass counts the keys below the guessed bucket and up to its end (vectorised), which says
 //   whether it holds the k-th token, and a wrong guess moves to the neighbouring bucket with
 //   one more counting pass, twice at most, before the histogram decides.
 // - The boundary bucket's tokens (~5% of n) are ranked by a second histogram of the next 8
 //   key bits, and only the tokens of its boundary sub-bucket (a few) by nth_element.
 std::uint64_t TopKBound(std::span<const float> scores, std::int64_t k,
-                        std::vector<std::uint32_t>* keys_out) {
+                        std::vector<std::uint32_t>* keys_out, std::uint32_t* guess_io) {
   const auto n = static_cast<std::int64_t>(scores.size());
   constexpr int kBucketBits = 11;
   constexpr int kShift = 32 - kBucketBits;
   constexpr std::uint32_t kBuckets = 1u << kBucketBits;
   constexpr std::uint32_t kBucketWidth = 1u << kShift;
-  thread_local std::uint32_t guess = kBuckets / 2;  // the previous call's boundary bucket
+  const std::uint32_t guess = std::min(*guess_io, kBuckets - 1);
   thread_local std::vector<std::uint64_t> boundary;
   keys_out->resize(static_cast<std::size_t>(n));
   const float* score = scores.data();
@@ -240,7 +241,7 @@ std::uint64_t TopKBound(std::span<const float> scores, std::int64_t k,
     while (below + in_bucket(b) < k) below += in_bucket(b++);
     nb = in_bucket(b);
   }
-  guess = b;
+  *guess_io = b;
   std::int64_t need = k - below;  // 1 <= need <= nb
   // The bucket's tokens, in index order.
   thread_local std::vector<std::int32_t> in_b;
@@ -286,7 +287,8 @@ TokenSet TopK(std::span<const float> scores, std::int64_t k) {
   }
   if (k == 0) return idx;
   thread_local std::vector<std::uint32_t> key_buffer;
-  const std::uint64_t bound = TopKBound(scores, k, &key_buffer);
+  thread_local std::uint32_t guess = 0;  // TopKBound's, of this caller
+  const std::uint64_t bound = TopKBound(scores, k, &key_buffer, &guess);
   const std::uint32_t* keys = key_buffer.data();
   // Branch-free emission (kept or not is a coin flip for the branch predictor): every token is
   // written at the end and the end advances only for kept ones; one spare slot takes the
@@ -329,6 +331,7 @@ namespace {
 void MarkTopKPerHead(std::span<const float> probe_scores, int probe_heads, std::int64_t n,
                      std::int64_t k, std::uint16_t* votes, std::uint8_t* heads_of) {
   thread_local std::vector<std::uint32_t> key_buffer;
+  thread_local std::uint32_t guess = 0;  // TopKBound's, of this caller
   for (int h = 0; h < probe_heads; ++h) {
     const std::uint8_t bit = std::uint8_t(1u << h);
     if (k <= 0) continue;
@@ -342,7 +345,7 @@ void MarkTopKPerHead(std::span<const float> probe_scores, int probe_heads, std::
     const std::span<const float> row =
         probe_scores.subspan(static_cast<std::size_t>(h) * static_cast<std::size_t>(n),
                              static_cast<std::size_t>(n));
-    const std::uint64_t bound = TopKBound(row, k, &key_buffer);
+    const std::uint64_t bound = TopKBound(row, k, &key_buffer, &guess);
     const std::uint32_t* keys = key_buffer.data();
     for (std::int64_t t = 0; t < n; ++t) {
       const std::uint64_t packed = (std::uint64_t{keys[t]} << 32) | static_cast<std::uint32_t>(t);
@@ -487,13 +490,14 @@ ItfDecision SelectItfImpl(std::span<const float> probe_scores, int probe_heads, 
     // was ~35% of SelectItfImpl once the collections were vectorised (m ~ 1,600 at n = 12,000).
     thread_local std::vector<float> rounded;
     thread_local std::vector<std::uint32_t> rounded_keys;
+    thread_local std::uint32_t guess = 0;  // TopKBound's, of this caller
     rounded.resize(static_cast<std::size_t>(m));
     for (std::int64_t i = 0; i < m; ++i) {
       rounded[static_cast<std::size_t>(i)] =
           static_cast<float>(cands[static_cast<std::size_t>(i)].score);
     }
     const std::uint32_t edge = static_cast<std::uint32_t>(
-        (TopKBound(rounded, need, &rounded_keys) - 1) >> 32);  // the need-th best's key
+        (TopKBound(rounded, need, &rounded_keys, &guess) - 1) >> 32);  // the need-th's key
     thread_local std::vector<Candidate> tied;
     tied.clear();
     std::int64_t won = 0;
@@ -572,9 +576,10 @@ void CountTopKPerHead(std::span<const float> scores, int heads, std::int64_t n, 
     return;
   }
   thread_local std::vector<std::uint32_t> key_buffer;
+  thread_local std::uint32_t guess = 0;  // TopKBound's, of this caller
   for (int h = 0; h < heads; ++h) {
     const std::uint64_t bound =
-        TopKBound(scores.subspan(static_cast<std::size_t>(h) * n, n), k, &key_buffer);
+        TopKBound(scores.subspan(static_cast<std::size_t>(h) * n, n), k, &key_buffer, &guess);
     const std::uint32_t* keys = key_buffer.data();
     // TopK's kept test, added instead of emitted (vectorises; no set is built).
     for (std::int64_t t = 0; t < n; ++t) {
