@@ -589,6 +589,48 @@ void CountTopKPerHead(std::span<const float> scores, int heads, std::int64_t n, 
   }
 }
 
+// Sized first, then written without branches (kept or not is a coin flip for the predictor):
+// with AVX-512 (VBMI2 for the 16-bit counts) 32 tokens a step by register compresses, else one
+// at a time with the end advanced by the test. FromCounts was ~12% of an as_h2o_lru run with
+// sampled selections on the Mooncake trace (perf, session 11), one token at a time.
+void CollectCounted(std::span<const std::uint16_t> of, TokenSet* tokens,
+                    std::vector<std::uint16_t>* counts) {
+  const auto n = static_cast<std::int64_t>(of.size());
+  const std::uint16_t* c = of.data();
+  std::uint32_t kept = 0;  // n < 2^31 (token indices are int32)
+  for (std::int64_t t = 0; t < n; ++t) kept += c[t] != 0;
+  constexpr std::size_t kSlack = 32;  // the vector stores' whole blocks
+  tokens->resize(kept + kSlack);
+  counts->resize(kept + kSlack);
+  std::int32_t* tok = tokens->data();
+  std::uint16_t* cnt = counts->data();
+  std::int64_t m = 0, t = 0;
+#if defined(KVTIER_ITF_AVX512) && defined(__AVX512VBMI2__)
+  __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i half = _mm512_set1_epi32(16);
+  const __m512i step = _mm512_set1_epi32(32);
+  for (; t + 32 <= n; t += 32) {
+    const __m512i v = _mm512_loadu_si512(c + t);
+    const __mmask32 nz = _mm512_test_epi16_mask(v, v);
+    _mm512_storeu_si512(cnt + m, _mm512_maskz_compress_epi16(nz, v));
+    const auto lo = static_cast<__mmask16>(nz), hi = static_cast<__mmask16>(nz >> 16);
+    _mm512_storeu_si512(tok + m, _mm512_maskz_compress_epi32(lo, idx));
+    m += __builtin_popcount(lo);
+    _mm512_storeu_si512(tok + m, _mm512_maskz_compress_epi32(hi, _mm512_add_epi32(idx, half)));
+    m += __builtin_popcount(hi);
+    idx = _mm512_add_epi32(idx, step);
+  }
+#endif
+  for (; t < n; ++t) {
+    tok[m] = static_cast<std::int32_t>(t);
+    cnt[m] = c[t];
+    m += c[t] != 0;
+  }
+  KVTIER_DCHECK(m == std::int64_t(kept), "CollectCounted's count");
+  tokens->resize(kept);
+  counts->resize(kept);
+}
+
 TokenSet Union(const std::vector<TokenSet>& sets) {
   TokenSet out;
   for (const TokenSet& s : sets) {

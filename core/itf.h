@@ -82,6 +82,12 @@ std::vector<TokenSet> SelectPerHead(std::span<const float> scores, int heads, st
 void CountTopKPerHead(std::span<const float> scores, int heads, std::int64_t n, std::int64_t k,
                       std::vector<std::uint16_t>* counts);
 
+// The tokens t < of.size() with of[t] != 0, in order, into *tokens, and their of[t] into
+// *counts (both resized to that many): a kCounted selection's union and head counts
+// (core/selection.h Selection::FromCounts).
+void CollectCounted(std::span<const std::uint16_t> of, TokenSet* tokens,
+                    std::vector<std::uint16_t>* counts);
+
 // Union of sets, sorted.
 TokenSet Union(const std::vector<TokenSet>& sets);
 

@@ -37,20 +37,7 @@ struct Selection {
     Selection s;
     s.kind = Kind::kCounted;
     s.heads = heads;
-    // Sized first, then written branch-free (kept or not is a coin flip for the predictor;
-    // one spare slot takes the writes after the last kept token).
-    std::size_t kept = 0;
-    for (std::uint16_t c : of) kept += c != 0;
-    s.shared.resize(kept + 1);
-    s.counts.resize(kept + 1);
-    std::size_t m = 0;
-    for (std::size_t t = 0; t < of.size(); ++t) {
-      s.shared[m] = static_cast<std::int32_t>(t);
-      s.counts[m] = of[t];
-      m += of[t] != 0;
-    }
-    s.shared.resize(kept);
-    s.counts.resize(kept);
+    CollectCounted(of, &s.shared, &s.counts);
     return s;
   }
 

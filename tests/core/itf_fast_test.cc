@@ -193,5 +193,35 @@ TEST(ItfFastTest, DecisionOnlyIsSelectItfWithoutTheSets) {
   EXPECT_EQ(cases, 6 * 6 * 5 * 5 * 2 * 2);
 }
 
+// CollectCounted (Selection::FromCounts) against the one-token-at-a-time loop: every length
+// up to 100 (partial and whole 32-token blocks), longer rows, all zero, none zero, and counts
+// up to 65535.
+TEST(ItfFastTest, CollectCountedKeepsEveryNonZeroCountInOrder) {
+  std::mt19937 rng(31);
+  std::vector<std::int64_t> lengths;
+  for (std::int64_t n = 0; n <= 100; ++n) lengths.push_back(n);
+  for (std::int64_t n : {1000, 4913, 12345}) lengths.push_back(n);
+  for (std::int64_t n : lengths) {
+    for (int density : {0, 1, 50, 99, 100}) {  // % of tokens with a count
+      std::vector<std::uint16_t> of(static_cast<std::size_t>(n));
+      std::uniform_int_distribution<int> pct(0, 99), count(1, 65535);
+      for (auto& c : of) c = pct(rng) < density ? std::uint16_t(count(rng)) : 0;
+      TokenSet want_tokens;
+      std::vector<std::uint16_t> want_counts;
+      for (std::int64_t t = 0; t < n; ++t) {
+        if (of[std::size_t(t)] != 0) {
+          want_tokens.push_back(std::int32_t(t));
+          want_counts.push_back(of[std::size_t(t)]);
+        }
+      }
+      TokenSet tokens = {7, 8};  // replaced, not appended to
+      std::vector<std::uint16_t> counts = {9};
+      CollectCounted(of, &tokens, &counts);
+      ASSERT_EQ(tokens, want_tokens) << "n=" << n << " density=" << density;
+      ASSERT_EQ(counts, want_counts) << "n=" << n << " density=" << density;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvtier
