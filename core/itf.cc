@@ -149,8 +149,10 @@ __attribute__((noinline)) std::int64_t CountVotes(const std::uint16_t* votes, st
 
 // Radix select on the 32-bit rank keys, ranked by (key asc, index asc): a histogram of the keys'
 // top 11 bits finds the bucket holding the k-th token; everything in lower buckets is kept, and
-// only that boundary bucket's tokens are ordered (nth_element on (key, index) packed in 64
-// bits). One walk in index order then emits the set already sorted. The simulator calls this per
+// only that boundary bucket's tokens are ordered (since session 12 a histogram of their next 8
+// key bits, then nth_element on the (key, index) of its boundary sub-bucket, packed in 64 bits;
+// and the bucket is first guessed, TopKBound below). One walk in index order then emits the
+// set already sorted. The simulator calls this per
 // probe head and layer of every request (per head for H2O). Replacing nth_element over all n
 // 64-bit keys plus a sort of the k winners: 15.0 -> 9.5 us of CPU per call at n = 4,900,
 // k = 1,225 (lognormal scores, microbenchmark on a loaded 2-core machine). Then keys computed
