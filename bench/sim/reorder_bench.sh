@@ -5,10 +5,13 @@
 #   reorder_bench.sh KVTIER SOURCE_DIR WORK_DIR [FIT ...]   (FIT: piqa copa rag ..., default
 #                                                             piqa copa rag)
 #   REQUESTS=N overrides the workload's requests (bench/sim/reorder_workload.ini).
+#   FIT_VERSION=v3 takes the version-3 fits (configs/importance/smollm2-FIT-v3.ini) instead of
+#   the default version-4 ones.
 #   SIM_ARGS="--key=value ..." adds overrides to both simulations (e.g.
 #   SIM_ARGS=--reorder.from_memory=true: repack only segments the caches hold whole).
 #
-# For each fitted importance model configs/importance/smollm2-FIT-v3.ini it
+# For each fitted importance model configs/importance/smollm2-FIT-VERSION.ini (FIT_VERSION,
+# default v4) it
 #   1. generates bench/sim/reorder_workload.ini with that model's params (kvtier trace gen);
 #   2. measures the offline packing saving on that trace: `kvtier trace stats`' history-based
 #      packing saving at 64-token chunks and 25% retention (each request's layer sets packed by
@@ -41,6 +44,7 @@ set -euo pipefail
 kvtier="$1" src="$2" work="$3"
 shift 3
 fits=("$@")
+fit_version="${FIT_VERSION:-v4}"
 [[ ${#fits[@]} -gt 0 ]] || fits=(piqa copa rag)
 workload="$src/bench/sim/reorder_workload.ini"
 requests="${REQUESTS:-$(sed -n 's/^requests = //p' "$workload")}"
@@ -56,7 +60,7 @@ printf '%-6s %8s %8s %8s %8s %8s %8s %8s %8s %7s %7s %7s %7s %15s %9s %9s %9s %7
   fit saving64 sav64_p3 sav_itf evidence itf_chk ro_chk cut_all cut_2nd 2nd-sav 2nd-p3 2nd-itf \
   repacks mem/ssd_chunks repack_GB rp_wr_GB demand_GB share wr_shr shr_2nd saved_GB
 for fit in "${fits[@]}"; do
-  ini="$src/configs/importance/smollm2-$fit-v3.ini"
+  ini="$src/configs/importance/smollm2-$fit-$fit_version.ini"
   params="$(sed -n 's/^params = //p' "$ini")"
   [[ -n "$params" ]] || { echo "reorder_bench: no params in $ini" >&2; exit 2; }
   trace="$work/$fit.kvt"
