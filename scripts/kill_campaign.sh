@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The kill campaign (docs/reliability.md, "Kills"): runs kvtier sim, sweep, hw, trace record and
-# eval and kills each at a random point, KILLS times per command, then checks what the kill
-# left:
+# eval and kills each at a random point until LANDED kills per command found it still running
+# (at most 3 x LANDED tries each), then checks what each kill left:
 #   - no process of the killed command survives (children die with their parent);
 #   - the results database passes PRAGMA integrity_check;
 #   - every run the killed command started is either complete = 1 with all its requests, or
@@ -14,28 +14,37 @@
 # sim, sweep and hw kills cycle through SIGKILL to the parent alone (as an OOM killer or a
 # scheduler would: its children must follow), SIGKILL to the whole process group and SIGTERM
 # to the parent (it must stop its children and mark nothing complete); record and eval (one
-# process) get SIGKILL.
+# process) get SIGKILL; the kind cycles with each command's landed kills, so a kill that missed
+# is retried with the same kind.
+# A kill's time is drawn uniformly in [0.2 s, D), D the command's latest unkilled duration: the
+# calibration run's at first, then that of any try which finished before its kill time (the
+# load changes durations by 2x). A try that finished first is not signalled and counts as
+# missed; its checks still run.
 #
-#   bash scripts/kill_campaign.sh [KILLS_PER_COMMAND] [SEED]      (default 6 and 1)
+#   bash scripts/kill_campaign.sh [LANDED_PER_COMMAND] [SEED]      (default 4 and 1)
 #
 # Needs build/cli/kvtier (KVTIER_BUILD_DIR) and, for record and eval, the SmolLM2 model of
-# scripts/fetch_model.sh. Prints one line per kill and a summary; exit 1 if any check fails.
+# scripts/fetch_model.sh. Prints one line per kill and a summary (kills that landed and that
+# missed, per command); exit 1 if any check fails or a command ran out of tries before LANDED
+# of its kills landed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
 # shellcheck source=scripts/lib/campaign.sh
 source "$root/scripts/lib/campaign.sh"
-kills="${1:-6}"
-RANDOM="${2:-1}"
+want="${1:-4}"
+[[ "$want" =~ ^[1-9][0-9]*$ ]] || { echo "kill_campaign: LANDED_PER_COMMAND must be a positive integer, not '$want'" >&2; exit 2; }
+seed="${2:-1}"
+[[ "$seed" =~ ^[0-9]+$ ]] || { echo "kill_campaign: SEED must be a non-negative integer, not '$seed'" >&2; exit 2; }
+RANDOM="$seed"
 campaign_setup kill_campaign
 export KVTIER_CONFIG_DIR="$root/configs" KVTIER_SELECTION_MEMO="$work/selections"
 total=0 hits=0
-declare -A killed_runs finished_runs
+declare -A killed_runs finished_runs tries landed by_kind
 
 # Waits up to 10 s until no process has `$1` on its command line.
 survivors() {
-  local i
-  for i in $(seq 100); do
+  for _ in $(seq 100); do
     pgrep -f -- "$1" >/dev/null || return 0
     sleep 0.1
   done
@@ -43,31 +52,55 @@ survivors() {
   return 1
 }
 
-# Starts "$@" in its own process group; sets $pid.
+# Starts "$@" in its own process group; sets $pid and its start time $t0.
 start() {
+  t0=$EPOCHREALTIME
   setsid "$@" >"$work/out.log" 2>&1 &
   pid=$!
 }
 
-# After $1 seconds: SIGKILL to $pid (how = parent) or its whole group (group), or SIGTERM to
-# $pid (term); waits for it. Sets $rc to its exit status (137: SIGKILL, 143: SIGTERM).
+# Signals $pid $1 seconds after its start ($t0) unless it has exited by then: SIGKILL to $pid
+# (how = parent) or its whole group (group), or SIGTERM to $pid (term); waits for it. Sets $rc
+# to its exit status (137: SIGKILL, 143: SIGTERM) and counts the kill as landed (it was still
+# running when signalled, and it died of the signal) or missed; a missed try's exit time (polled
+# every 0.05 s) becomes $cmd's duration.
 kill_after() {
-  local delay="$1" how="$2"
-  sleep "$delay"
-  case "$how" in
-    parent) kill -9 "$pid" 2>/dev/null || true ;;
-    group) kill -9 -- "-$pid" 2>/dev/null || true ;;
-    term) kill -TERM "$pid" 2>/dev/null || true ;;
-  esac
+  local delay="$1" how="$2" state=R t d_us now_us sent=0
+  d_us=$(awk -v d="$delay" 'BEGIN { printf "%d", d * 1e6 }')
+  while :; do
+    now_us=${EPOCHREALTIME/./}
+    { read -r _ _ state _ <"/proc/$pid/stat"; } 2>/dev/null || state=X  # Z: exited, unreaped
+    [[ $state == Z || $state == X ]] && break
+    (( now_us - ${t0/./} >= d_us )) && break
+    sleep 0.05
+  done
+  t=$(awk -v us="$(( now_us - ${t0/./} ))" 'BEGIN { printf "%.2f", us / 1e6 }')
+  if [[ $state != Z && $state != X ]]; then
+    sent=1
+    case "$how" in
+      parent) kill -9 "$pid" 2>/dev/null || true ;;
+      group) kill -9 -- "-$pid" 2>/dev/null || true ;;
+      term) kill -TERM "$pid" 2>/dev/null || true ;;
+    esac
+  fi
   rc=0
   wait "$pid" 2>/dev/null || rc=$?
-  [[ $rc == 0 ]] || hits=$((hits + 1))  # it was still running
+  total=$((total + 1))
+  tries[$cmd]=$(( ${tries[$cmd]:-0} + 1 ))
+  if [[ $sent == 0 || $rc == 0 ]]; then
+    dur[$cmd]=$t
+    echo "    MISSED: it had finished (exit $rc by ${t}s; its duration now ${t}s)"
+  else
+    hits=$((hits + 1))
+    landed[$cmd]=$(( ${landed[$cmd]:-0} + 1 ))
+    by_kind[$how]=$(( ${by_kind[$how]:-0} + 1 ))
+    echo "    landed: exit $rc"
+  fi
   [[ $rc == 0 || $rc == 137 || $rc == 143 ]] || fail "exit $rc: neither finished nor killed ($(tail -1 "$work/out.log"))"
 }
 
-# A random delay in [lo, 0.8 hi) seconds, printed with 2 decimals: hi is the command's unkilled
-# duration, which varies with the machine's load, so later kills would often find it finished.
-rand_delay() { awk -v lo="$1" -v hi="$2" -v r="$RANDOM" 'BEGIN { printf "%.2f", lo + (0.8 * hi - lo) * r / 32768 }'; }
+# A random delay in [lo, hi) seconds, printed with 2 decimals (hi: the command's duration).
+rand_delay() { awk -v lo="$1" -v hi="$2" -v r="$RANDOM" 'BEGIN { printf "%.2f", lo + (hi - lo) * r / 32768 }'; }
 
 # Checks a results database after a kill: integrity, complete runs whole, views clean.
 check_db() {  # check_db DB FIRST_NEW_RUN_ID EXPECTED_REQUESTS_PER_RUN
@@ -150,25 +183,32 @@ fi
 echo "unkilled durations (s): sim ${dur[sim]}, sweep ${dur[sweep]}, hw ${dur[hw]}, record ${dur[record]:-skipped}, eval ${dur[eval]:-skipped}"
 
 # --- kills ---------------------------------------------------------------------------------
-for ((i = 1; i <= kills; i++)); do
-  case $((i % 3)) in 1) how=parent ;; 2) how=group ;; 0) how=term ;; esac
+kinds=(parent group term)
+# Sets how, sig, to for $cmd's next try: the kind after its landed kills so far; prints the line.
+next_kill() {
+  how=${kinds[$(( ${landed[$cmd]:-0} % 3 ))]}
   sig=$([[ $how == term ]] && echo SIGTERM || echo SIGKILL)
   to=$([[ $how == group ]] && echo "process group" || echo parent)
+  n=$(( ${tries[$cmd]:-0} + 1 ))
+  delay=$(rand_delay 0.2 "${dur[$cmd]}")
+  echo "$cmd try $n: $sig to the $to at ${delay}s of ${dur[$cmd]}s"
+}
 
+kill_sim() {
   cmd=sim db="$work/sim.sqlite"
   first=$(next_id "$db")
-  delay=$(rand_delay 0.2 "${dur[sim]}")
-  echo "sim #$i: $sig to the $to at ${delay}s"
+  next_kill
   start "${sim_cmd[@]}" --out "$db"
   kill_after "$delay" "$how"
   survivors "$db" || fail "sim: a process survived"
   check_term sim
   check_db "$db" "$first" $((requests))
-  total=$((total + 1))
+}
 
-  cmd=sweep db="$work/sweep-$i.sqlite"
-  delay=$(rand_delay 0.2 "${dur[sweep]}")
-  echo "sweep #$i: $sig to the $to at ${delay}s"
+kill_sweep() {
+  cmd=sweep
+  next_kill
+  db="$work/sweep-$n.sqlite"
   start "${sweep_cmd[@]}" --out "$db"
   kill_after "$delay" "$how"
   survivors "$db" || fail "sweep: a process survived"
@@ -191,11 +231,12 @@ for ((i = 1; i <= kills; i++)); do
   # The killed points with a partial run are among the rerun ones (the others never started).
   for sha in ${redo//,/ }; do [[ ",$rerun," == *",$sha,"* ]] || fail "sweep: killed point $sha not rerun"; done
   echo "    resume ran $todo point(s)"
-  total=$((total + 1))
+}
 
-  cmd=hw db="$work/hw-$i.sqlite"
-  delay=$(rand_delay 0.2 "${dur[hw]}")
-  echo "hw #$i: $sig to the $to at ${delay}s"
+kill_hw() {
+  cmd=hw
+  next_kill
+  db="$work/hw-$n.sqlite"
   start "${hw_cmd[@]}" --out "$db"
   kill_after "$delay" "$how"
   survivors "$db" || fail "hw: a process survived"
@@ -213,43 +254,73 @@ for ((i = 1; i <= kills; i++)); do
       fail "hw: the next run did not say it removed $store"
     [[ ! -e "$store" && ! -e "$db.store-recomp" ]] || fail "hw: a chunk store is left after the next run"
     [[ "$(q "$db" 'PRAGMA integrity_check')" == ok ]] || fail "$db: integrity_check after the next run"
+    stores_removed=$((stores_removed + 1))
     echo "    chunk store left by the kill; removed by the next run"
   else
     echo "    no chunk store left$([[ $rc == 0 ]] && echo " (finished before the kill)")"
   fi
-  total=$((total + 1))
+}
 
-  if [[ $have_model == 1 ]]; then
-    cmd=record out="$work/rec-$i.kvt"
-    delay=$(rand_delay 0.2 "${dur[record]}")
-    echo "record #$i: SIGKILL at ${delay}s"
-    start "${record_cmd[@]}" --out "$out"
-    kill_after "$delay" group
-    survivors "$out" || fail "record: a process survived"
-    if [[ -e "$out" ]]; then
-      "$k" trace info "$out" >/dev/null 2>&1 || fail "record: $out is not a valid trace"
-      echo "    finished before the kill: valid trace"
-    else
-      echo "    no trace under its name$([[ -e "$out.partial" ]] && echo " (a .partial left)")"
-    fi
-    rm -f "$out" "$out.partial"
-    total=$((total + 1))
-
-    cmd=eval db="$work/eval.sqlite"
-    first=$(next_id "$db")
-    delay=$(rand_delay 0.2 "${dur[eval]}")
-    echo "eval #$i: SIGKILL at ${delay}s"
-    start "${eval_cmd[@]}" --out "$db"
-    kill_after "$delay" group
-    survivors "$db" || fail "eval: a process survived"
-    check_db "$db" "$first" 0
-    total=$((total + 1))
+# record and eval are one process each: SIGKILL (to its group, which is it).
+kill_record() {
+  cmd=record
+  n=$(( ${tries[$cmd]:-0} + 1 ))
+  out="$work/rec-$n.kvt"
+  delay=$(rand_delay 0.2 "${dur[record]}")
+  echo "record try $n: SIGKILL at ${delay}s of ${dur[record]}s"
+  start "${record_cmd[@]}" --out "$out"
+  kill_after "$delay" group
+  survivors "$out" || fail "record: a process survived"
+  if [[ -e "$out" ]]; then
+    "$k" trace info "$out" >/dev/null 2>&1 || fail "record: $out is not a valid trace"
+    echo "    finished before the kill: valid trace"
+  else
+    echo "    no trace under its name$([[ -e "$out.partial" ]] && echo " (a .partial left)")"
   fi
+  rm -f "$out" "$out.partial"
+}
+
+kill_eval() {
+  cmd=eval db="$work/eval.sqlite"
+  first=$(next_id "$db")
+  n=$(( ${tries[$cmd]:-0} + 1 ))
+  delay=$(rand_delay 0.2 "${dur[eval]}")
+  echo "eval try $n: SIGKILL at ${delay}s of ${dur[eval]}s"
+  start "${eval_cmd[@]}" --out "$db"
+  kill_after "$delay" group
+  survivors "$db" || fail "eval: a process survived"
+  check_db "$db" "$first" 0
+}
+
+commands=(sim sweep hw)
+[[ $have_model == 1 ]] && commands+=(record eval)
+max_tries=$((3 * want))
+stores_removed=0
+# Rounds over the commands until each has $want landed kills or has used its tries.
+while :; do
+  ran=0
+  for c in "${commands[@]}"; do
+    if [[ ${landed[$c]:-0} -lt $want && ${tries[$c]:-0} -lt $max_tries ]]; then
+      "kill_$c"
+      ran=1
+    fi
+  done
+  [[ $ran == 1 ]] || break
 done
 
+short=0
 echo
-echo "kill_campaign: $total kills ($hits while the command ran), $failures failed check(s)"
+echo "kill_campaign: $total kills, $hits landed (the command still running), $((total - hits)) missed (it had finished), $failures failed check(s), ${SECONDS}s"
+for c in "${commands[@]}"; do
+  echo "  $c: ${landed[$c]:-0} of ${tries[$c]:-0} kills landed"
+  if [[ ${landed[$c]:-0} -lt $want ]]; then
+    echo "    fewer than $want landed in $max_tries tries"
+    short=1
+  fi
+done
+echo "  landed by kind: SIGKILL to the parent ${by_kind[parent]:-0}, SIGKILL to the process group ${by_kind[group]:-0} (record and eval included), SIGTERM to the parent ${by_kind[term]:-0}"
+echo "  hw chunk stores left by a SIGKILL and removed by the next run: $stores_removed"
 for c in sim sweep hw eval; do
   echo "  $c: runs left incomplete ${killed_runs[$c]:-0}, runs that completed before their kill ${finished_runs[$c]:-0}"
 done
-[[ $failures == 0 ]]
+[[ $failures == 0 && $short == 0 ]]
