@@ -273,7 +273,7 @@ kill_record() {
   survivors "$out" || fail "record: a process survived"
   if [[ -e "$out" ]]; then
     "$k" trace info "$out" >/dev/null 2>&1 || fail "record: $out is not a valid trace"
-    echo "    finished before the kill: valid trace"
+    echo "    a valid trace under its name (written before the $([[ $rc == 0 ]] && echo "kill time" || echo kill))"
   else
     echo "    no trace under its name$([[ -e "$out.partial" ]] && echo " (a .partial left)")"
   fi
