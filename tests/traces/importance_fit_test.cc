@@ -18,12 +18,9 @@ namespace {
 
 using testing_traces::TempPath;
 
-TEST(ImportanceFitV2, RoundTripRecoversParametersAndStatistics) {
-  ProceduralParams truth = ProceduralParams::Parse(
-      "model=v2 seed=11 head_corr=0.65,0.45 layer_corr=0.5 query_dependence=0.05 "
-      "sink_tokens=1 sink_boost=8 tail=2 persistent=0.4 persistent_corr=1 persistent_query=0.05 "
-      "slow=0.6 slow_corr=0.97 smooth=0.5 smooth_tokens=4 head_spread=0.5 recency=2,1,0.3,0,0",
-      "truth");
+// The round trips' workload: 40 few-shot requests of 2-5 ~100-token examples over 8 prompts, on
+// a 12-layer, 4-KV-head model.
+WorkloadParams FitWorkload() {
   WorkloadParams w;
   w.requests = 40;
   w.tasks = 2;
@@ -34,16 +31,48 @@ TEST(ImportanceFitV2, RoundTripRecoversParametersAndStatistics) {
   w.example_tokens_sd = 20;
   w.header_tokens = 16;
   w.popularity_sd = 0.3;
-  const ModelDescriptor m{"fit-test-12x4", 12, 4, 4};
-  ImportanceTargets t;
-  const std::string path = TempPath("fit_truth.kvt");
-  GenerateTrace(path, w, m, t, truth);
+  return w;
+}
+const ModelDescriptor kFitModel{"fit-test-12x4", 12, 4, 4};
 
+ModelFitOptions FitOptions() {
   ModelFitOptions o;
   o.requests = 40;
   o.rounds = 2;
   o.seed = 5;  // a different seed than the truth's: the fit must not reproduce the same noise
   o.structure.itf_probe_heads = 3;
+  return o;
+}
+
+// The acceptance tolerances of the real-recording fits: the fitted model's statistics against
+// the trace's.
+void ExpectReproducesTheStatistics(const ModelFit& fit, int layers) {
+  const StructureStats& a = *fit.recorded.structure;
+  const StructureStats& b = *fit.fitted.structure;
+  for (int d = 1; d < layers; ++d) EXPECT_NEAR(b.JaccardAt(d), a.JaccardAt(d), 0.03) << d;
+  const std::size_t c64 = 2;  // chunk sizes 16, 32, 64, ...
+  ASSERT_EQ(a.chunk_sizes[c64], 64);
+  EXPECT_NEAR(b.HistorySaving(c64), a.HistorySaving(c64), 0.03);
+  EXPECT_NEAR(b.FallbackRate(), a.FallbackRate(), 0.05);
+  EXPECT_NEAR(b.f_pearson, a.f_pearson, 0.03);
+  EXPECT_NEAR(fit.fitted.MeanHeadJaccard(0), fit.recorded.MeanHeadJaccard(0), 0.03);
+  EXPECT_NEAR(fit.fitted.MeanLayerJaccard(0), fit.recorded.MeanLayerJaccard(0), 0.03);
+  EXPECT_NEAR(fit.fitted.MeanRecall(0), fit.recorded.MeanRecall(0), 0.03);
+}
+
+TEST(ImportanceFitV2, RoundTripRecoversParametersAndStatistics) {
+  ProceduralParams truth = ProceduralParams::Parse(
+      "model=v2 seed=11 head_corr=0.65,0.45 layer_corr=0.5 query_dependence=0.05 "
+      "sink_tokens=1 sink_boost=8 tail=2 persistent=0.4 persistent_corr=1 persistent_query=0.05 "
+      "slow=0.6 slow_corr=0.97 smooth=0.5 smooth_tokens=4 head_spread=0.5 recency=2,1,0.3,0,0",
+      "truth");
+  const WorkloadParams w = FitWorkload();
+  const ModelDescriptor m = kFitModel;
+  ImportanceTargets t;
+  const std::string path = TempPath("fit_truth.kvt");
+  GenerateTrace(path, w, m, t, truth);
+
+  const ModelFitOptions o = FitOptions();
   const ModelFit fit = FitImportanceV2(path, o);
   const ProceduralParams& p = fit.params;
 
@@ -67,17 +96,7 @@ TEST(ImportanceFitV2, RoundTripRecoversParametersAndStatistics) {
   // its check is the curve it produces, below; the persistent share is still near.
   EXPECT_NEAR(p.persistent, truth.persistent, 0.25);
 
-  const StructureStats& a = *fit.recorded.structure;
-  const StructureStats& b = *fit.fitted.structure;
-  for (int d = 1; d < m.layers; ++d) EXPECT_NEAR(b.JaccardAt(d), a.JaccardAt(d), 0.03) << d;
-  const std::size_t c64 = 2;  // chunk sizes 16, 32, 64, ...
-  ASSERT_EQ(a.chunk_sizes[c64], 64);
-  EXPECT_NEAR(b.HistorySaving(c64), a.HistorySaving(c64), 0.03);
-  EXPECT_NEAR(b.FallbackRate(), a.FallbackRate(), 0.05);
-  EXPECT_NEAR(b.f_pearson, a.f_pearson, 0.03);
-  EXPECT_NEAR(fit.fitted.MeanHeadJaccard(0), fit.recorded.MeanHeadJaccard(0), 0.03);
-  EXPECT_NEAR(fit.fitted.MeanLayerJaccard(0), fit.recorded.MeanLayerJaccard(0), 0.03);
-  EXPECT_NEAR(fit.fitted.MeanRecall(0), fit.recorded.MeanRecall(0), 0.03);
+  ExpectReproducesTheStatistics(fit, m.layers);
 
   // The INI it writes is what `trace gen --like` reads back.
   const std::string ini = FormatModelFitIni(fit, path);
@@ -100,27 +119,14 @@ TEST(ImportanceFitV3, RoundTripReproducesTheStatistics) {
       "head_spread=0.5 recency=2,1,0.3,0,0 focus=0.1 focus_tokens=64 factors=2 "
       "loadings=0.9,0,0.6,0.6,0,0.9",
       "truth");
-  WorkloadParams w;
-  w.requests = 40;
-  w.tasks = 2;
-  w.prompts = 8;
-  w.examples_min = 2;
-  w.examples_max = 5;
-  w.example_tokens = 100;
-  w.example_tokens_sd = 20;
-  w.header_tokens = 16;
-  w.popularity_sd = 0.3;
-  const ModelDescriptor m{"fit-test-12x4", 12, 4, 4};
+  const WorkloadParams w = FitWorkload();
+  const ModelDescriptor m = kFitModel;
   ImportanceTargets t;
   const std::string path = TempPath("fit3_truth.kvt");
   GenerateTrace(path, w, m, t, truth);
 
-  ModelFitOptions o;
-  o.requests = 40;
-  o.rounds = 2;
-  o.seed = 5;
+  ModelFitOptions o = FitOptions();
   o.factors = 2;
-  o.structure.itf_probe_heads = 3;
   const ModelFit fit = FitImportanceV3(path, o);
   const ProceduralParams& p = fit.params;
   std::printf("truth: %s\nfit:   %s\n", truth.ToString().c_str(), p.ToString().c_str());
@@ -139,15 +145,7 @@ TEST(ImportanceFitV3, RoundTripReproducesTheStatistics) {
     if (std::isnan(a.f_by_distance[i])) continue;
     EXPECT_NEAR(b.f_by_distance[i], a.f_by_distance[i], 0.05) << i;
   }
-  for (int d = 1; d < m.layers; ++d) EXPECT_NEAR(b.JaccardAt(d), a.JaccardAt(d), 0.03) << d;
-  const std::size_t c64 = 2;
-  ASSERT_EQ(a.chunk_sizes[c64], 64);
-  EXPECT_NEAR(b.HistorySaving(c64), a.HistorySaving(c64), 0.03);
-  EXPECT_NEAR(b.FallbackRate(), a.FallbackRate(), 0.05);
-  EXPECT_NEAR(b.f_pearson, a.f_pearson, 0.03);
-  EXPECT_NEAR(fit.fitted.MeanHeadJaccard(0), fit.recorded.MeanHeadJaccard(0), 0.03);
-  EXPECT_NEAR(fit.fitted.MeanLayerJaccard(0), fit.recorded.MeanLayerJaccard(0), 0.03);
-  EXPECT_NEAR(fit.fitted.MeanRecall(0), fit.recorded.MeanRecall(0), 0.03);
+  ExpectReproducesTheStatistics(fit, m.layers);
 
   const std::string ini = FormatModelFitIni(fit, path);
   EXPECT_NE(ini.find("--model v3"), std::string::npos);
@@ -165,27 +163,14 @@ TEST(ImportanceFitV4, RoundTripRecoversTheSkewAndTheStatistics) {
       "head_spread=0.5 recency=2,1,0.3,0,0 focus=0.1 focus_tokens=64 factors=2 "
       "loadings=0.9,0,0.6,0.6,0,0.9 skew=0.8",
       "truth");
-  WorkloadParams w;
-  w.requests = 40;
-  w.tasks = 2;
-  w.prompts = 8;
-  w.examples_min = 2;
-  w.examples_max = 5;
-  w.example_tokens = 100;
-  w.example_tokens_sd = 20;
-  w.header_tokens = 16;
-  w.popularity_sd = 0.3;
-  const ModelDescriptor m{"fit-test-12x4", 12, 4, 4};
+  const WorkloadParams w = FitWorkload();
+  const ModelDescriptor m = kFitModel;
   ImportanceTargets t;
   const std::string path = TempPath("fit4_truth.kvt");
   GenerateTrace(path, w, m, t, truth);
 
-  ModelFitOptions o;
-  o.requests = 40;
-  o.rounds = 2;
-  o.seed = 5;
+  ModelFitOptions o = FitOptions();
   o.factors = 2;
-  o.structure.itf_probe_heads = 3;
   const ModelFit fit = FitImportanceV4(path, o);
   const ProceduralParams& p = fit.params;
   std::printf("truth: %s\nfit:   %s\n", truth.ToString().c_str(), p.ToString().c_str());
@@ -201,15 +186,7 @@ TEST(ImportanceFitV4, RoundTripRecoversTheSkewAndTheStatistics) {
   const StructureStats& b = *fit.fitted.structure;
   std::printf("kept by none: truth %.3f fit %.3f\n", a.kept_by_none, b.kept_by_none);
   EXPECT_NEAR(b.kept_by_none, a.kept_by_none, 0.02);
-  for (int d = 1; d < m.layers; ++d) EXPECT_NEAR(b.JaccardAt(d), a.JaccardAt(d), 0.03) << d;
-  const std::size_t c64 = 2;
-  ASSERT_EQ(a.chunk_sizes[c64], 64);
-  EXPECT_NEAR(b.HistorySaving(c64), a.HistorySaving(c64), 0.03);
-  EXPECT_NEAR(b.FallbackRate(), a.FallbackRate(), 0.05);
-  EXPECT_NEAR(b.f_pearson, a.f_pearson, 0.03);
-  EXPECT_NEAR(fit.fitted.MeanHeadJaccard(0), fit.recorded.MeanHeadJaccard(0), 0.03);
-  EXPECT_NEAR(fit.fitted.MeanLayerJaccard(0), fit.recorded.MeanLayerJaccard(0), 0.03);
-  EXPECT_NEAR(fit.fitted.MeanRecall(0), fit.recorded.MeanRecall(0), 0.03);
+  ExpectReproducesTheStatistics(fit, m.layers);
 
   const std::string ini = FormatModelFitIni(fit, path);
   EXPECT_NE(ini.find("--model v4"), std::string::npos);
