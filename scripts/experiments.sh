@@ -14,6 +14,10 @@
 # WORKLOAD=NAME runs the few-shot figures on configs/workloads/NAME.ini instead, {m} standing for
 # the model (e.g. WORKLOAD=paper-fewshot-{m}-fitted: the paper-setup workloads with importance
 # fitted to a recording); their results go to $KVTIER_CACHE/results/<experiment>-NAME.sqlite.
+# IMPORTANCE=FILE generates the few-shot traces with FILE's [importance] params (a `kvtier trace
+# fit` output, configs/importance/*.ini) instead of the workload's own (trace gen --params);
+# traces and results gain the suffix -<FILE's name>, e.g. WORKLOAD=paper-fewshot-{m}-fitted
+# IMPORTANCE=configs/importance/smollm2-piqa-long.ini: the paper setup with the v2 PIQA-long fit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir="${KVTIER_BUILD_DIR:-build}"
@@ -31,14 +35,23 @@ M='{m}'
 [[ -n "${WORKLOAD:-}" ]] || WORKLOAD="fewshot-$M"
 RT=""  # results-file suffix of a WORKLOAD other than the default
 [[ "$WORKLOAD" == "fewshot-$M" ]] || RT="-${WORKLOAD//"$M"/m}"
+IT=""; IP=()  # IMPORTANCE's suffix and trace gen flags
+if [[ -n "${IMPORTANCE:-}" ]]; then
+  [[ -r "$IMPORTANCE" ]] || { echo "experiments.sh: IMPORTANCE=$IMPORTANCE: no such file" >&2; exit 2; }
+  ip="$(sed -n 's/^params[[:space:]]*=[[:space:]]*//p' "$IMPORTANCE")"
+  [[ -n "$ip" && "$ip" != *$'\n'* ]] || {
+    echo "experiments.sh: IMPORTANCE=$IMPORTANCE: needs exactly one 'params = ...' line" >&2; exit 2; }
+  IT="-$(basename "$IMPORTANCE" .ini)"; RT="${RT}${IT}"; IP=(--params "$ip")
+fi
 
 fewshot() {  # fewshot <model> [extra trace-gen flags...] -> prints the trace path
   local m="$1"; shift
   local tag; tag="$(echo "$*" | tr -d ' -' )"
   local w="${WORKLOAD//"$M"/$m}"
-  local t="$E/${w}-r${REQUESTS}${tag:+-$tag}.kvt"
-  if [[ ! -s "$t" || "configs/workloads/${w}.ini" -nt "$t" ]]; then
-    "$k" trace gen --config "configs/workloads/${w}.ini" --requests "$REQUESTS" "$@" \
+  local t="$E/${w}${IT}-r${REQUESTS}${tag:+-$tag}.kvt"
+  if [[ ! -s "$t" || "configs/workloads/${w}.ini" -nt "$t" ||
+        ( -n "$IT" && "$IMPORTANCE" -nt "$t" ) ]]; then
+    "$k" trace gen --config "configs/workloads/${w}.ini" --requests "$REQUESTS" "${IP[@]}" "$@" \
       --out "$t" --quiet
   fi
   echo "$t"
