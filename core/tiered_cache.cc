@@ -322,6 +322,8 @@ class TieredCache::TierHeap {
   // cache lines. Outcomes do not depend on the arity nor on where entries sit in the array:
   // keys are unique, so the minimum is.
   static constexpr std::size_t kArity = 4;
+  // How far ahead of the queue's front FreshenQueue fetches a record.
+  static constexpr std::size_t kQueueAhead = 8;
 
   // One resident chunk in a lane's array.
   struct Slot {
@@ -585,6 +587,14 @@ class TieredCache::TierHeap {
   // if its key is now the largest, else into the heap). As FreshenTop for the heap.
   void FreshenQueue() {
     const std::vector<Slot>& q = lanes_[kQueue];
+    // Reading the front's record was a cache miss per eviction (~80% of SettleTop's samples,
+    // 11% of an `as` replay of the Mooncake trace, perf): records lie where their requests
+    // made them. Evictions walk the queue front to back, so the record kQueueAhead slots
+    // behind the front is fetched now, while this one is checked. A hint: no outcome changes.
+    if (const std::size_t ahead = qhead_ + kQueueAhead; ahead < q.size()) {
+      const std::uint32_t h = q[ahead].handle;
+      if (h != kDead) __builtin_prefetch(records_[h]);
+    }
     while (qhead_ < q.size()) {
       ChunkRecord* r = RecordOf(q[qhead_]);
       if (q[qhead_].priority == r->priority && q[qhead_].last_access == r->stats.last_access) {
