@@ -86,6 +86,19 @@ std::uint32_t DescendingKey(float score) {
 // form is microcoded and slow on AMD Zen 4, this machine's core). The same indices either
 // way.
 
+#ifdef KVTIER_ITF_AVX512
+// The indices 0..15 of the first block of 16 tokens.
+inline __m512i FirstBlockIndices() {
+  return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+// Appends the indices `hit` selects from `idx` (one block's) at out, by one register
+// compress and a whole-block store; returns how many.
+inline std::int64_t AppendHits(__mmask16 hit, __m512i idx, std::int32_t* out) {
+  _mm512_storeu_si512(out, _mm512_maskz_compress_epi32(hit, idx));
+  return __builtin_popcount(hit);
+}
+#endif
+
 // Tokens whose key's top bits (key >> shift) equal `bucket`.
 std::int64_t CollectBucket(const std::uint32_t* keys, std::int64_t n, std::uint32_t bucket,
                            int shift, std::int32_t* out) {
@@ -94,13 +107,11 @@ std::int64_t CollectBucket(const std::uint32_t* keys, std::int64_t n, std::uint3
   // key >> shift == bucket  <=>  key - (bucket << shift) < 2^shift (unsigned).
   const __m512i base = _mm512_set1_epi32(static_cast<int>(bucket << shift));
   const __m512i width = _mm512_set1_epi32(static_cast<int>(1u << shift));
-  __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512i idx = FirstBlockIndices();
   const __m512i step = _mm512_set1_epi32(16);
   for (; t + 16 <= n; t += 16) {
     const __m512i k = _mm512_sub_epi32(_mm512_loadu_si512(keys + t), base);
-    const __mmask16 hit = _mm512_cmplt_epu32_mask(k, width);
-    _mm512_storeu_si512(out + m, _mm512_maskz_compress_epi32(hit, idx));
-    m += __builtin_popcount(hit);
+    m += AppendHits(_mm512_cmplt_epu32_mask(k, width), idx, out + m);
     idx = _mm512_add_epi32(idx, step);
   }
 #endif
@@ -117,14 +128,13 @@ std::int64_t CollectVotes(const std::uint16_t* votes, std::int64_t n, std::uint1
   std::int64_t m = 0, t = 0;
 #ifdef KVTIER_ITF_AVX512
   const __m256i want = _mm256_set1_epi16(static_cast<short>(level));
-  __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512i idx = FirstBlockIndices();
   const __m512i step = _mm512_set1_epi32(16);
   for (; t + 16 <= n; t += 16) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(votes + t));
     const __mmask16 hit =
         above ? _mm256_cmpgt_epu16_mask(v, want) : _mm256_cmpeq_epu16_mask(v, want);
-    _mm512_storeu_si512(out + m, _mm512_maskz_compress_epi32(hit, idx));
-    m += __builtin_popcount(hit);
+    m += AppendHits(hit, idx, out + m);
     idx = _mm512_add_epi32(idx, step);
   }
 #endif
@@ -608,7 +618,7 @@ void CollectCounted(std::span<const std::uint16_t> of, TokenSet* tokens,
   std::uint16_t* cnt = counts->data();
   std::int64_t m = 0, t = 0;
 #if defined(KVTIER_ITF_AVX512) && defined(__AVX512VBMI2__)
-  __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512i idx = FirstBlockIndices();
   const __m512i half = _mm512_set1_epi32(16);
   const __m512i step = _mm512_set1_epi32(32);
   for (; t + 32 <= n; t += 32) {
@@ -616,10 +626,8 @@ void CollectCounted(std::span<const std::uint16_t> of, TokenSet* tokens,
     const __mmask32 nz = _mm512_test_epi16_mask(v, v);
     _mm512_storeu_si512(cnt + m, _mm512_maskz_compress_epi16(nz, v));
     const auto lo = static_cast<__mmask16>(nz), hi = static_cast<__mmask16>(nz >> 16);
-    _mm512_storeu_si512(tok + m, _mm512_maskz_compress_epi32(lo, idx));
-    m += __builtin_popcount(lo);
-    _mm512_storeu_si512(tok + m, _mm512_maskz_compress_epi32(hi, _mm512_add_epi32(idx, half)));
-    m += __builtin_popcount(hi);
+    m += AppendHits(lo, idx, tok + m);
+    m += AppendHits(hi, _mm512_add_epi32(idx, half), tok + m);
     idx = _mm512_add_epi32(idx, step);
   }
 #endif
