@@ -185,7 +185,11 @@ std::unique_ptr<LlamaModel> LlamaModel::Load(const std::string& path) {
                          std::to_string(c.rms_eps) + " must be a positive number");
   }
   // block_count must describe the file: a smaller one would silently drop the last blocks (the
-  // model loads and generates nonsense); a larger one fails below on the first missing tensor.
+  // model loads and generates nonsense); a larger one names the first block without tensors,
+  // before anything is allocated per block (a block_count of 33,554,434 in a file of two
+  // blocks made the loader ask for 6.7 GB of empty layers: the gguf fuzz target's
+  // out-of-memory).
+  std::vector<std::int64_t> blocks;  // indices of the block tensors, then distinct and sorted
   for (const GgufTensorInfo& t : file->tensors()) {
     if (t.name.rfind("blk.", 0) != 0) continue;
     const std::size_t dot = t.name.find('.', 4);
@@ -199,6 +203,19 @@ std::unique_ptr<LlamaModel> LlamaModel::Load(const std::string& path) {
                            std::to_string(c.n_layers) + " but the file has tensor " + t.name +
                            " of block " + index);
     }
+    blocks.push_back(std::stoll(index));
+  }
+  std::sort(blocks.begin(), blocks.end());
+  blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
+  std::int64_t first_missing = 0;
+  while (first_missing < std::int64_t(blocks.size()) && blocks[first_missing] == first_missing) {
+    ++first_missing;
+  }
+  if (first_missing < c.n_layers) {
+    throw ModelFileError(Where(path) + "metadata key llama.block_count: " +
+                         std::to_string(c.n_layers) + " but the file has no tensor of block " +
+                         std::to_string(first_missing) + " (tensor blk." +
+                         std::to_string(first_missing) + ".attn_norm.weight: missing)");
   }
   if (c.n_heads % c.n_kv_heads != 0) {
     throw ModelFileError(Where(path) + "metadata: head_count " + std::to_string(c.n_heads) +

@@ -388,6 +388,21 @@ TEST_F(BadGgufTest, WrongBlockCountIsRejected) {
                        {bad_path_, "tensor blk.2.attn_norm.weight: missing"});
 }
 
+// Regression (issue 18, found by the gguf fuzz target as an out-of-memory): a huge block_count
+// in a file of two blocks allocated that many empty layers before the first missing tensor
+// was noticed (6.7 GB for the fuzzer's 33,554,434 blocks; 2^30, the largest count the reader
+// takes, asked for hundreds of GB and threw std::bad_alloc instead of the file's error).
+TEST_F(BadGgufTest, ABlockCountOfTwoToTheThirtyInAFileOfTwoBlocksNamesTheFirstMissingBlock) {
+  for (const std::uint32_t count : {std::uint32_t{1} << 30, std::uint32_t{30'000'000}}) {
+    std::vector<uint8_t> b = good_;
+    Store<uint32_t>(&b, After(b, "llama.block_count") + 4, count);
+    WriteBad(b);
+    ExpectModelFileError([&] { LlamaModel::Load(bad_path_); },
+                         {bad_path_, "llama.block_count: " + std::to_string(count),
+                          "no tensor of block 2", "tensor blk.2.attn_norm.weight: missing"});
+  }
+}
+
 // Regression (issue 18): a negative RoPE base loaded and generated (NaN-free nonsense).
 TEST_F(BadGgufTest, NegativeRopeFreqBaseIsRejected) {
   for (const float bad : {-10000.0f, 0.0f, std::numeric_limits<float>::infinity()}) {
