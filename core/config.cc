@@ -264,14 +264,23 @@ std::string ResolveInclude(const std::string& kind_dir, const std::string& value
   } else {
     candidate = fs::path(FindConfigDir(experiment_path)) / kind_dir / (value + ".ini");
   }
-  if (!fs::exists(candidate)) {
+  const std::string key =
+      "include." + (kind_dir == "hardware" ? kind_dir : kind_dir.substr(0, kind_dir.size() - 1));
+  // With an error_code: a name the file system refuses (longer than NAME_MAX, say) is the
+  // value's error, not an internal one (fs::exists threw filesystem_error: the config fuzz
+  // target's crash, `kvtier config` exit 1).
+  std::error_code ec;
+  const bool exists = fs::exists(candidate, ec);
+  if (ec) {
+    throw ConfigError(origin + ": " + key + ": cannot use " + candidate.string() + ": " +
+                      ec.message());
+  }
+  if (!exists) {
     std::string known;
     for (const auto& n : IncludableNames(FindConfigDir(experiment_path), kind_dir)) {
       known += (known.empty() ? "" : ", ") + n;
     }
-    throw ConfigError(origin + ": include." + (kind_dir == "hardware" ? "hardware"
-                                               : kind_dir.substr(0, kind_dir.size() - 1)) +
-                      ": no file " + candidate.string() +
+    throw ConfigError(origin + ": " + key + ": no file " + candidate.string() +
                       (known.empty() ? "" : " (known: " + known + ")"));
   }
   return candidate.lexically_normal().string();
@@ -298,8 +307,8 @@ std::string FindConfigDir(const std::string& near_path) {
   std::error_code ec;
   fs::path p = fs::absolute(near_path.empty() ? fs::current_path() : fs::path(near_path), ec);
   for (; !p.empty() && p != p.root_path(); p = p.parent_path()) {
-    if (p.filename() == "configs" && fs::is_directory(p / "models")) return p.string();
-    if (fs::is_directory(p / "configs" / "models")) return (p / "configs").string();
+    if (p.filename() == "configs" && fs::is_directory(p / "models", ec)) return p.string();
+    if (fs::is_directory(p / "configs" / "models", ec)) return (p / "configs").string();
   }
 #ifdef KVTIER_DEFAULT_CONFIG_DIR
   return KVTIER_DEFAULT_CONFIG_DIR;

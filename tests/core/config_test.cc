@@ -194,6 +194,19 @@ TEST_F(ConfigTest, UnknownIncludeListsKnownNames) {
   EXPECT_NE(msg.find("known: spec, sys"), std::string::npos) << msg;
 }
 
+// Regression (issue 18, the config fuzz target's crash): an include whose file name the file
+// system refuses (longer than NAME_MAX) threw std::filesystem_error out of Config::Load
+// (`kvtier config --check`: "internal error", exit 1) instead of the include's error.
+TEST_F(ConfigTest, AnIncludeNameOfThreeHundredLettersIsAConfigErrorNamingTheInclude) {
+  for (const std::string& value : {std::string(300, 'x'), std::string(300, 'x') + ".ini"}) {
+    const std::string path = Experiment("", "[include]\nmodel = m\nhardware = " + value + "\n");
+    const std::string msg = ErrorOf([&] { Config::Load(path, {}); });
+    EXPECT_NE(msg.find(path + ":3"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("include.hardware: cannot use"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("File name too long"), std::string::npos) << msg;
+  }
+}
+
 TEST_F(ConfigTest, OnlyExperimentFilesInclude) {
   Write("systems/sys.ini", "[include]\nmodel = m\n");
   const std::string msg = ErrorOf([&] { Config::Load(Experiment(""), {}); });
