@@ -124,6 +124,22 @@ TEST_F(ConfigTest, UnitsParse) {
   EXPECT_DOUBLE_EQ(c.GetDuration("pcie.latency"), 1.5e-3);
 }
 
+// Regression (issue 18, the config fuzz target's hang): Boost's error message substitutes the
+// invalid line into its template until no placeholder is left, so a line that holds the
+// placeholder itself grew the message forever (`kvtier config --check` never returned).
+TEST_F(ConfigTest, ALineHoldingPercentInvalidLinePercentIsAnInvalidLineErrorNotAHang) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"%invalid_line%[lu\v\v", "%invalid_line%[lu\\x0b\\x0b"},  // control bytes shown escaped
+      {"%invalid_line%", "%invalid_line%"},
+      {"x %canonical_option% %value% %prefix%", "x %canonical_option% %value% %prefix%"}};
+  for (const auto& [bad, shown] : cases) {
+    const std::string path = Experiment("[cache]\n" + bad + "\n", "");
+    const std::string msg = ErrorOf([&] { Config::Load(path, {}); });
+    EXPECT_NE(msg.find(path + ":2: invalid line '" + shown + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("expected 'key = value' or '[section]'"), std::string::npos) << msg;
+  }
+}
+
 // Regression: Boost.Program_options only knows '#' comments, so a whole-line ';' comment (as
 // every file in configs/ starts with) was an "invalid line".
 TEST_F(ConfigTest, SemicolonCommentsAreIgnored) {
