@@ -99,12 +99,12 @@ bool Parse(Options* o, const Args& args, const char* command, const char* usage,
         po::store(po::parse_config_file(in, o->ini, /*allow_unregistered=*/false), ini_vm);
         po::notify(ini_vm);
       } catch (const po::error& e) {
-        throw InputError(path + ": " + e.what());
+        throw InputError(path + ": " + ErrorText(e));
       }
     }
     po::notify(vm);
   } catch (const po::error& e) {
-    throw InputError(std::string("command line: ") + e.what() + " (kvtier " + command +
+    throw InputError(std::string("command line: ") + ErrorText(e) + " (kvtier " + command +
                      " --help)");
   }
   if (help) {

@@ -1,5 +1,7 @@
 #include "cli/command_line.h"
 
+#include <map>
+
 #include "core/errors.h"
 
 namespace kvtier::cli {
@@ -22,9 +24,63 @@ std::string OptionNames(const po::options_description& options) {
   return names;
 }
 
+namespace {
+
+// Reads what boost keeps protected in error_with_option_name: the template, the substitutions
+// and the canonical name and prefix, which its substitute_placeholders uses.
+struct ErrorParts : po::error_with_option_name {
+  static std::string Format(const po::error_with_option_name& e) {
+    std::map<std::string, std::string> subs = e.*(&ErrorParts::m_substitutions);
+    subs["canonical_option"] = (e.*(&ErrorParts::get_canonical_option_name))();
+    subs["prefix"] = (e.*(&ErrorParts::get_canonical_option_prefix))();
+    std::string text = e.m_error_template;
+    // As boost: a placeholder whose value is missing or empty takes its default first.
+    for (const auto& [name, from_to] : e.*(&ErrorParts::m_substitution_defaults)) {
+      const auto it = subs.find(name);
+      if (it != subs.end() && !it->second.empty()) continue;
+      for (std::size_t at = text.find(from_to.first); at != std::string::npos;
+           at = text.find(from_to.first, at + from_to.second.size())) {
+        text.replace(at, from_to.first.size(), from_to.second);
+      }
+    }
+    // One pass over the template: an inserted value is never searched again.
+    std::string out;
+    for (std::size_t i = 0; i < text.size();) {
+      bool replaced = false;
+      if (text[i] == '%') {
+        for (const auto& [name, value] : subs) {
+          if (text.compare(i + 1, name.size(), name) == 0 && i + 1 + name.size() < text.size() &&
+              text[i + 1 + name.size()] == '%') {
+            out += value;
+            i += name.size() + 2;
+            replaced = true;
+            break;
+          }
+        }
+      }
+      if (!replaced) out += text[i++];
+    }
+    return out;
+  }
+  static bool HoldsPlaceholder(const po::error_with_option_name& e) {
+    for (const auto& [name, value] : e.*(&ErrorParts::m_substitutions)) {
+      if (value.find('%') != std::string::npos) return true;
+    }
+    return false;
+  }
+};
+
+}  // namespace
+
+std::string ErrorText(const po::error& e) {
+  const auto* named = dynamic_cast<const po::error_with_option_name*>(&e);
+  if (named == nullptr || !ErrorParts::HoldsPlaceholder(*named)) return e.what();
+  return ErrorParts::Format(*named);
+}
+
 void ThrowCommandLineError(const std::string& command, const po::error& e,
                            const po::options_description& visible) {
-  std::string what = std::string("command line: ") + e.what();
+  std::string what = std::string("command line: ") + ErrorText(e);
   if (dynamic_cast<const po::unknown_option*>(&e) != nullptr) {
     what += " (kvtier " + command + " takes " + OptionNames(visible) + ")";
   } else {
@@ -50,7 +106,8 @@ void NotifyArgs(const std::string& command, po::variables_map* vm) {
   try {
     po::notify(*vm);
   } catch (const po::error& e) {
-    throw InputError(std::string("command line: ") + e.what() + " (kvtier " + command + " --help)");
+    throw InputError(std::string("command line: ") + ErrorText(e) + " (kvtier " + command +
+                     " --help)");
   }
 }
 

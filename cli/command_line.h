@@ -38,6 +38,12 @@ void StoreArgs(const std::string& command, const Args& args,
 // po::notify(*vm) (required options, notifiers) with its errors as InputErrors naming `command`.
 void NotifyArgs(const std::string& command, boost::program_options::variables_map* vm);
 
+// The message of boost's error `e`: what() itself, unless a substituted value holds a
+// placeholder ("%value%", "%canonical_option%", ...). Boost replaces each placeholder until none
+// is left, so `kvtier trace gen --requests %value%` grew its message forever; such a message is
+// built from the same template with each placeholder replaced once.
+std::string ErrorText(const boost::program_options::error& e);
+
 // Rethrows boost's `e` as InputError("command line: <what> (...)"): for an unknown option the
 // parenthesis lists `visible`'s options, otherwise it points at `kvtier <command> --help`.
 [[noreturn]] void ThrowCommandLineError(const std::string& command,

@@ -154,4 +154,16 @@ TEST_F(CliArgsTest, NoOtherCommandGuessesAnOptionEither) {
   }
 }
 
+// Regression (issue 18): an argument holding one of boost's message placeholders hung the
+// command (its error message grew forever); now exit 2 with the argument shown as typed.
+TEST_F(CliArgsTest, AnArgumentOfPercentValuePercentExitsTwoInsteadOfHanging) {
+  for (const std::string args : {"trace gen --requests %value% -o t.kvt",
+                                 "sim --config %value% --jobs %value% --out r.sqlite"}) {
+    Result r = Run(args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.err;
+    EXPECT_NE(r.err.find("the argument ('%value%') for option '--"), std::string::npos)
+        << args << ": " << r.err;
+  }
+}
+
 }  // namespace

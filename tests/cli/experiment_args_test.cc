@@ -248,5 +248,30 @@ TEST(CommandLineTest, EveryCommandParsesWithoutGuessing) {
   EXPECT_EQ(model_name, "x");
 }
 
+// Regression (issue 18, found through the config fuzz target's hang): boost's what() replaces
+// each placeholder of its message until none is left, so an argument holding one
+// (`kvtier trace gen --requests %value%`) grew the message forever and the command never exited.
+TEST(CommandLineTest, AnArgumentOfPercentValuePercentIsAnInvalidArgumentErrorNotAHang) {
+  po::options_description desc;
+  int requests = 0;
+  desc.add_options()("requests", po::value(&requests), "requests");
+  for (const std::string arg :
+       {"%value%", "%canonical_option%", "%prefix%%option%%original_token%", "5%", "x"}) {
+    po::variables_map vm;
+    const std::string e =
+        ErrorOf([&] { StoreArgs("trace gen", {"--requests", arg}, desc, desc, &vm); });
+    EXPECT_TRUE(Has(e, "command line: the argument ('" + arg +
+                           "') for option '--requests' is invalid (kvtier trace gen --help)"))
+        << e;
+  }
+  // An unknown option holding one: the name is shown as typed.
+  po::variables_map vm;
+  const std::string e =
+      ErrorOf([&] { StoreArgs("trace gen", {"--x%canonical_option%"}, desc, desc, &vm); });
+  EXPECT_TRUE(Has(e, "unrecognised option '--x%canonical_option%' (kvtier trace gen takes "
+                     "--requests)"))
+      << e;
+}
+
 }  // namespace
 }  // namespace kvtier::cli
