@@ -93,7 +93,7 @@ bool Parse(Options* o, const Args& args, const char* command, const char* usage,
       const std::string path = it->second.as<std::string>();
       std::istringstream file(
           ReadInputFile(path, kMaxConfigFileBytes, "configuration file", InputKind::kConfig));
-      std::istringstream in(StripIniComments(file));  // ';' comments too
+      std::istringstream in(StripIniComments(file, path));  // ';' comments too
       po::variables_map ini_vm;
       try {
         po::store(po::parse_config_file(in, o->ini, /*allow_unregistered=*/false), ini_vm);

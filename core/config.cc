@@ -17,10 +17,23 @@ namespace kvtier {
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
 
-std::string StripIniComments(std::istream& in) {
+std::string StripIniComments(std::istream& in, const std::string& path) {
   std::string out;
+  int number = 0;
   for (std::string line; std::getline(in, line);) {
+    ++number;
     out += line.substr(0, line.find_first_of("#;"));
+    // An empty section name: Boost takes "[]" as the section "", reads the character before
+    // the empty name (undefined behaviour) and names the keys below it ".key".
+    const std::size_t b = out.find_last_of('\n') + 1;  // this line's start (npos + 1 = 0)
+    const std::size_t open = out.find_first_not_of(" \t\r", b);
+    const std::size_t close = out.find_last_not_of(" \t\r");
+    if (open != std::string::npos && close != std::string::npos && close > open &&
+        out[open] == '[' && out[close] == ']' &&
+        out.find_first_not_of(" \t\r", open + 1) == close) {
+      throw ConfigError(path + ":" + std::to_string(number) + ": empty section name '" +
+                        out.substr(open, close - open + 1) + "' (expected '[section]')");
+    }
     out += '\n';
   }
   return out;
@@ -207,7 +220,7 @@ std::vector<FileEntry> ReadIni(const std::string& path, bool allow_include) {
     return it == lines.end() ? path : path + ":" + std::to_string(it->second);
   };
   std::istringstream raw(text);
-  std::stringstream stripped(StripIniComments(raw));
+  std::stringstream stripped(StripIniComments(raw, path));
   po::parsed_options parsed(nullptr);
   try {
     parsed = po::parse_config_file(stripped, KeyTable(), /*allow_unregistered=*/true);

@@ -117,8 +117,9 @@ class Config {
 
 // INI text of `in` with ';' and '#' comments (whole-line and inline) cut, one output line per
 // input line so line numbers still match. Boost.Program_options only knows '#' comments; every
-// kvtier INI reader goes through this.
-std::string StripIniComments(std::istream& in);
+// kvtier INI reader goes through this. An empty section header ("[]") is a ConfigError naming
+// `path` and the line (Boost's reader has undefined behaviour on it).
+std::string StripIniComments(std::istream& in, const std::string& path);
 
 // Validates `text` against `spec`; throws std::invalid_argument saying what was expected.
 void ValidateValue(const KeySpec& spec, const std::string& text);

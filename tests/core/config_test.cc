@@ -140,6 +140,16 @@ TEST_F(ConfigTest, ALineHoldingPercentInvalidLinePercentIsAnInvalidLineErrorNotA
   }
 }
 
+// Regression (issue 18): "[]" made Boost read before the empty section name (undefined
+// behaviour) and the keys below it came out as ".policy": "unknown key '.policy'", no line.
+TEST_F(ConfigTest, AnEmptySectionHeaderIsAnErrorNamingItsLine) {
+  for (const std::string header : {"[]", "[ ]", "[\t] ; a comment"}) {
+    const std::string path = Experiment(header + "\npolicy = lfu\n", "");
+    const std::string msg = ErrorOf([&] { Config::Load(path, {}); });
+    EXPECT_NE(msg.find(path + ":1: empty section name '["), std::string::npos) << msg;
+  }
+}
+
 // Regression: Boost.Program_options only knows '#' comments, so a whole-line ';' comment (as
 // every file in configs/ starts with) was an "invalid line".
 TEST_F(ConfigTest, SemicolonCommentsAreIgnored) {
