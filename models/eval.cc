@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -131,9 +133,15 @@ class JsonParser {
       }
     }
   }
-  Json Value() {
+  // Task data is one or two levels deep; the bound keeps a hostile line (10^5 nested arrays)
+  // from overflowing the stack of this recursive reader (it was a SIGSEGV, exit 139).
+  static constexpr int kMaxDepth = 64;
+  Json Value(int depth = 0) {
     Json v;
     const char c = Peek();
+    if ((c == '{' || c == '[') && depth >= kMaxDepth) {
+      Fail("nested deeper than " + std::to_string(kMaxDepth) + " levels");
+    }
     if (c == '{') {
       v.kind = Json::Kind::kObject;
       ++i_;
@@ -141,7 +149,7 @@ class JsonParser {
       while (true) {
         std::string key = String();
         Expect(':');
-        v.object.emplace_back(std::move(key), Value());
+        v.object.emplace_back(std::move(key), Value(depth + 1));
         if (Peek() == ',') { ++i_; continue; }
         Expect('}');
         return v;
@@ -152,7 +160,7 @@ class JsonParser {
       ++i_;
       if (Peek() == ']') { ++i_; return v; }
       while (true) {
-        v.array.push_back(Value());
+        v.array.push_back(Value(depth + 1));
         if (Peek() == ',') { ++i_; continue; }
         Expect(']');
         return v;
@@ -174,8 +182,21 @@ class JsonParser {
     const size_t start = i_;
     while (i_ < s_.size() && std::strchr("+-0123456789.eE", s_[i_]) != nullptr) ++i_;
     if (start == i_) Fail("unexpected character");
+    // std::stod threw std::invalid_argument ("-") or std::out_of_range ("1e99999"), which left
+    // `kvtier eval` as an "internal error", exit 1.
+    const std::string text(s_.substr(start, i_ - start));
+    char* end = nullptr;
+    errno = 0;
+    v.number = std::strtod(text.c_str(), &end);
+    if (end != text.c_str() + text.size()) {
+      i_ = start;
+      Fail("bad number '" + text + "'");
+    }
+    if (errno == ERANGE && std::abs(v.number) > 1.0) {
+      i_ = start;
+      Fail("number '" + text + "' out of range");
+    }
     v.kind = Json::Kind::kNumber;
-    v.number = std::stod(std::string(s_.substr(start, i_ - start)));
     return v;
   }
 

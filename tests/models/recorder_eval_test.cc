@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <set>
 
@@ -407,6 +408,34 @@ TEST(EvalDataTest, RepositorySamplesLoadWithTheirSplits) {
   EXPECT_EQ(copa.shot_pool[0].context, "My body cast a shadow over the grass because");
   EXPECT_EQ(copa.shot_pool[0].choices[0], " the sun was rising.");
   EXPECT_EQ(copa.shot_pool[0].label, 0);
+}
+
+// Regression (issue 18's class, in the task data reader): a line of 10^5 nested arrays overflowed
+// the recursive JSON reader's stack (`kvtier eval`: SIGSEGV), and a bare "-" or a number out of
+// double's range escaped std::stod as an "internal error" (exit 1). Each is an InputError
+// naming the file and line.
+TEST(EvalDataTest, ATaskLineOfTenToTheFiveNestedArraysOrABadNumberIsAnInputErrorNamingTheLine) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("kvtier_eval_bad_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "piqa");
+  const std::string good = R"({"goal": "g", "sol1": "a", "sol2": "b"})";
+  const std::pair<std::string, std::string> cases[] = {
+      {std::string(100000, '[') + std::string(100000, ']'), "nested deeper than 64 levels"},
+      {R"({"goal": "g", "sol1": "a", "sol2": "b", "x": -})", "bad number '-'"},
+      {R"({"goal": "g", "sol1": "a", "sol2": "b", "x": 1e99999})", "number '1e99999' out of range"},
+      {R"({"goal": "g", "sol1": "a", "sol2": "b", "x": 1.2.3})", "bad number '1.2.3'"}};
+  for (const auto& [line, what] : cases) {
+    std::ofstream(dir / "piqa" / "valid.jsonl") << good << "\n" << line << "\n";
+    std::ofstream(dir / "piqa" / "valid-labels.lst") << "0\n1\n";
+    try {
+      LoadMcTask("piqa", dir.string(), "/nonexistent");
+      ADD_FAILURE() << "no InputError for " << line.substr(0, 60);
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("piqa/valid.jsonl:2: " + what), std::string::npos)
+          << e.what();
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(EvalDataTest, UnknownTaskAndMissingExternalDataAreClearErrors) {
