@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <sstream>
 
 #include "core/errors.h"
 #include "core/fault_plan.h"
@@ -19,8 +20,18 @@ int PositiveInt(const Config& c, const char* key) {
   return static_cast<int>(v);
 }
 
-double Positive(const Config& c, const char* key, double v) {
-  if (!(v > 0)) throw ConfigError(c.Where(key) + ": must be > 0");
+// A bandwidth or compute rate: at least 1 (byte or FLOP) per second. Below that an op's time
+// overflows to infinity (gpu.flops = 1e-300 made every compute step last forever and the
+// simulator never finished), and no device is that slow.
+double PerSecond(const Config& c, const char* key, double v) {
+  if (!(v >= 1)) {
+    std::ostringstream got;
+    got << v;
+    throw ConfigError(c.Where(key) + ": must be at least 1 per second" +
+                      (v > 0 ? " (a slower device overflows the simulated time), got " +
+                                   got.str() + " per second"
+                             : ", got " + got.str()));
+  }
   return v;
 }
 
@@ -86,8 +97,8 @@ ModelSpec BuildModelSpec(const Config& c) {
 HardwareOptions BuildHardwareOptions(const Config& c) {
   HardwareOptions h;
   h.name = c.GetString("hardware.name");
-  h.ssd_read_bw = Positive(c, "ssd.read_bw", c.GetBandwidth("ssd.read_bw"));
-  h.ssd_write_bw = Positive(c, "ssd.write_bw", c.GetBandwidth("ssd.write_bw"));
+  h.ssd_read_bw = PerSecond(c, "ssd.read_bw", c.GetBandwidth("ssd.read_bw"));
+  h.ssd_write_bw = PerSecond(c, "ssd.write_bw", c.GetBandwidth("ssd.write_bw"));
   h.ssd_latency = c.GetDuration("ssd.latency");
   h.ssd_queue_depth = PositiveInt(c, "ssd.queue_depth");
   h.ssd_background_share = c.GetDouble("ssd.background_share");
@@ -99,30 +110,31 @@ HardwareOptions BuildHardwareOptions(const Config& c) {
     throw ConfigError(c.Where("ssd.write_lanes") + ": must be >= 0 (0: no limit), got " +
                       c.GetString("ssd.write_lanes"));
   }
-  h.cpu_memcpy_bw = Positive(c, "cpu.memcpy_bw", c.GetBandwidth("cpu.memcpy_bw"));
-  h.cpu_gather_bw = Positive(c, "cpu.gather_bw", c.GetBandwidth("cpu.gather_bw"));
+  h.cpu_memcpy_bw = PerSecond(c, "cpu.memcpy_bw", c.GetBandwidth("cpu.memcpy_bw"));
+  h.cpu_gather_bw = PerSecond(c, "cpu.gather_bw", c.GetBandwidth("cpu.gather_bw"));
   h.cpu_op_overhead = c.GetDuration("cpu.op_overhead");
   h.cpu_driver_op_cost = c.GetDuration("cpu.driver_op_cost");
   h.cpu_driver_wake = c.GetDuration("cpu.driver_wake");
   h.cpu_shared_copy_bw = c.GetBandwidth("cpu.shared_copy_bw");  // finite, >= 0 (the parser)
-  h.pcie_h2d_bw = Positive(c, "pcie.h2d_bw", c.GetBandwidth("pcie.h2d_bw"));
-  h.pcie_d2h_bw = Positive(c, "pcie.d2h_bw", c.GetBandwidth("pcie.d2h_bw"));
+  if (h.cpu_shared_copy_bw != 0) PerSecond(c, "cpu.shared_copy_bw", h.cpu_shared_copy_bw);
+  h.pcie_h2d_bw = PerSecond(c, "pcie.h2d_bw", c.GetBandwidth("pcie.h2d_bw"));
+  h.pcie_d2h_bw = PerSecond(c, "pcie.d2h_bw", c.GetBandwidth("pcie.d2h_bw"));
   h.pcie_latency = c.GetDuration("pcie.latency");
   h.pcie_batch_latency = c.GetDuration("pcie.batch_latency");
   h.pcie_descriptor_cost = c.GetDuration("pcie.descriptor_cost");
   h.cpu_gather_run_cost = c.GetDuration("cpu.gather_run_cost");
-  h.gpu_gather_bw = Positive(c, "gpu.gather_bw", c.GetBandwidth("gpu.gather_bw"));
+  h.gpu_gather_bw = PerSecond(c, "gpu.gather_bw", c.GetBandwidth("gpu.gather_bw"));
   h.gpu_gather_sm_share = c.GetDouble("gpu.gather_sm_share");
   if (!(h.gpu_gather_sm_share >= 0 && h.gpu_gather_sm_share < 1)) {
     throw ConfigError(c.Where("gpu.gather_sm_share") + ": must be in [0, 1), got " +
                       c.GetString("gpu.gather_sm_share"));
   }
-  h.gpu_flops = Positive(c, "gpu.flops", c.GetRate("gpu.flops"));
+  h.gpu_flops = PerSecond(c, "gpu.flops", c.GetRate("gpu.flops"));
   h.gpu_efficiency = c.GetDouble("gpu.efficiency");
   if (!(h.gpu_efficiency > 0 && h.gpu_efficiency <= 1)) {
     throw ConfigError(c.Where("gpu.efficiency") + ": must be in (0, 1]");
   }
-  h.gpu_mem_bw = Positive(c, "gpu.mem_bw", c.GetBandwidth("gpu.mem_bw"));
+  h.gpu_mem_bw = PerSecond(c, "gpu.mem_bw", c.GetBandwidth("gpu.mem_bw"));
   h.gpu_kernel_overhead = c.GetDuration("gpu.kernel_overhead");
   h.gpu_concurrent_prefills = PositiveInt(c, "gpu.concurrent_prefills");
   // Each concurrent prefill is an in-flight request holding a pin slot of the caches.

@@ -393,6 +393,21 @@ TEST_F(ConfigTest, SharedCopyBwIsOffByDefaultAndNeverNegative) {
   EXPECT_NE(msg.find("cpu.shared_copy_bw"), std::string::npos) << msg;
 }
 
+// Regression (issue 18's class): gpu.flops = 1e-300 (or a bandwidth of 1e-300 B/s) passed the
+// check and made an op's time infinite: `kvtier sim` never finished. Rates are at least 1/s.
+TEST_F(ConfigTest, AGpuOfTenToTheMinus300FlopsIsRejectedInsteadOfHangingTheSimulator) {
+  for (const std::string set : {"gpu.flops=1e-300", "gpu.flops=0.5", "ssd.read_bw=1e-300B/s",
+                                "pcie.h2d_bw=0", "gpu.mem_bw=0.1B/s", "cpu.shared_copy_bw=0.5"}) {
+    const std::string key = set.substr(0, set.find('='));
+    const std::string msg = ErrorOf([&] { BuildOptions(Config::Load(Experiment(""), {set})); });
+    EXPECT_NE(msg.find("command line: " + key + ": must be at least 1 per second"),
+              std::string::npos)
+        << msg;
+  }
+  EXPECT_NO_THROW(BuildOptions(Config::Load(Experiment(""), {"gpu.flops=1", "ssd.read_bw=1B/s",
+                                                             "cpu.shared_copy_bw=0"})));
+}
+
 TEST_F(ConfigTest, ZeroHwMaxMemoryIsRejectedByTheCheck) {
   for (const std::string key : {"hw.max_memory", "hw.ring", "hw.store_capacity"}) {
     const std::string msg =
