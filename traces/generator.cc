@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <numbers>
 
@@ -135,6 +136,55 @@ void ValidateWorkload(const WorkloadParams& w) {
   if (!(w.zipf >= 0)) bad("zipf: must be >= 0");
   if (!(w.query_tokens > 0) || !(w.query_tokens_sd >= 0)) bad("query_tokens: must be > 0");
   if (!(w.output_tokens > 0) || !(w.output_tokens_sd >= 0)) bad("output_tokens: must be > 0");
+  // Upper bounds: what a trace can hold and this generator can keep in memory. Beyond them a
+  // typo ran for ever or was silently wrong: example_tokens = 1e15 allocated 8.7 GB before the
+  // prefix cap applied, 1e300 rounded to 16-token examples, docs = 2e9 took 16 GB and zipf = 1e300
+  // never found a second document.
+  const auto g = [](double v) {  // %g: 1e+300, 0.0001
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return std::string(buf);
+  };
+  const std::pair<const char*, double> means[] = {
+      {"example_tokens", w.example_tokens}, {"example_tokens_sd", w.example_tokens_sd},
+      {"doc_tokens", w.doc_tokens},         {"doc_tokens_sd", w.doc_tokens_sd},
+      {"query_tokens", w.query_tokens},     {"query_tokens_sd", w.query_tokens_sd},
+      {"output_tokens", w.output_tokens},   {"output_tokens_sd", w.output_tokens_sd}};
+  for (const auto& [name, v] : means) {
+    if (v > 1e9) bad(std::string(name) + ": at most 1e9 tokens, got " + g(v));
+  }
+  constexpr std::int64_t kMaxPrefix = std::int64_t{1} << 24;
+  if (w.max_prefix_tokens > kMaxPrefix) {
+    bad("max_prefix_tokens: at most 2^24 (16,777,216), got " +
+        std::to_string(w.max_prefix_tokens));
+  }
+  if (w.header_tokens > kMaxPrefix) bad("header_tokens: at most 2^24 (16,777,216)");
+  if (w.examples_max > 100'000) bad("examples_max: at most 100,000");
+  if (w.kind == "fewshot") {
+    // Every prompt's prefix is kept whole while the trace is written.
+    const double per_prompt = std::min(
+        double(w.max_prefix_tokens), w.header_tokens + 4.0 * w.example_tokens * w.examples_max);
+    if (double(w.prompts) * per_prompt > double(std::int64_t{1} << 28)) {
+      bad("prompts: " + std::to_string(w.prompts) + " prompts of up to " +
+          std::to_string(std::llround(per_prompt)) +
+          " tokens are more than 2^28 tokens to keep in memory (fewer prompts, or a lower "
+          "max_prefix_tokens)");
+    }
+  }
+  if (w.kind == "rag") {
+    if (w.docs > 10'000'000) bad("docs: at most 10,000,000, got " + std::to_string(w.docs));
+    // A request draws docs_per_request distinct documents from the Zipf weights: the least
+    // popular one it needs must not be too rare to be drawn.
+    double total = 0;
+    for (int d = 0; d < w.docs; ++d) total += 1.0 / std::pow(double(d + 1), w.zipf);
+    const double p = 1.0 / std::pow(double(w.docs_per_request), w.zipf) / total;
+    if (!(p >= 1e-4)) {
+      bad("zipf: " + g(w.zipf) + " is too steep for docs_per_request = " +
+          std::to_string(w.docs_per_request) + ": document " +
+          std::to_string(w.docs_per_request) + " is drawn with probability " +
+          g(p) + " (< 1e-4), so drawing distinct documents would not finish");
+    }
+  }
 }
 
 double ExpectedPrefixTokens(const WorkloadParams& w) {
@@ -287,8 +337,14 @@ void GenerateRecords(const WorkloadParams& w, const ProceduralParams* params,
       const int task = i % w.tasks;
       const int m = static_cast<int>(layout.Int(w.examples_min, w.examples_max));
       std::vector<std::uint64_t> prefix;
-      AppendTokens(w.seed, 1, task, 0, w.header_tokens, w.vocab, &prefix);
-      for (int e = 0; e < m; ++e) AppendTokens(w.seed, 2, task, e, example_len[task][e], w.vocab, &prefix);
+      AppendTokens(w.seed, 1, task, 0, std::min<std::int64_t>(w.header_tokens, w.max_prefix_tokens),
+                   w.vocab, &prefix);
+      for (int e = 0; e < m; ++e) {
+        // Only what the cap keeps (the same tokens: an example's tokens depend on their index).
+        const std::int64_t room = w.max_prefix_tokens - std::int64_t(prefix.size());
+        if (room <= 0) break;
+        AppendTokens(w.seed, 2, task, e, std::min(example_len[task][e], room), w.vocab, &prefix);
+      }
       if (std::int64_t(prefix.size()) > w.max_prefix_tokens) prefix.resize(w.max_prefix_tokens);
       prompts.push_back(std::move(prefix));
       const double z = (i - (w.prompts - 1) / 2.0) / (w.prompts * w.popularity_sd);
@@ -326,7 +382,11 @@ void GenerateRecords(const WorkloadParams& w, const ProceduralParams* params,
         if (std::find(chosen.begin(), chosen.end(), d) == chosen.end()) chosen.push_back(d);
       }
       std::sort(chosen.begin(), chosen.end());  // most popular first
-      for (int d : chosen) AppendTokens(w.seed, 3, d, 0, doc_len[d], w.vocab, &q.prefix);
+      for (int d : chosen) {
+        const std::int64_t room = w.max_prefix_tokens - std::int64_t(q.prefix.size());
+        if (room <= 0) break;
+        AppendTokens(w.seed, 3, d, 0, std::min(doc_len[d], room), w.vocab, &q.prefix);
+      }
       if (std::int64_t(q.prefix.size()) > w.max_prefix_tokens) q.prefix.resize(w.max_prefix_tokens);
     }
     q.query_tokens = LogNormalCount(&rng, w.query_tokens, w.query_tokens_sd);

@@ -133,6 +133,48 @@ TEST(Generator, RagClosedLoop) {
   std::remove(path.c_str());
 }
 
+// Regression (issue 18's class, found probing trace gen with extreme values): a typo ran for
+// ever or was silently wrong. Each is now an InputError naming the parameter; nothing is
+// allocated for it.
+TEST(Generator, ExampleTokensOfTenToTheFifteenAndOtherHugeWorkloadsAreInputErrors) {
+  const auto message = [](const WorkloadParams& w) {
+    try {
+      ValidateWorkload(w);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  WorkloadParams w;
+  w.example_tokens = 1e15;  // allocated 8.7 GB of example tokens before the prefix cap
+  EXPECT_NE(message(w).find("example_tokens: at most 1e9 tokens, got 1e+15"), std::string::npos)
+      << message(w);
+  w = WorkloadParams{};
+  w.example_tokens = 1e300;  // rounded to 16-token examples, exit 0
+  EXPECT_NE(message(w).find("example_tokens: at most 1e9"), std::string::npos) << message(w);
+  w = WorkloadParams{};
+  w.max_prefix_tokens = 2'000'000'000;
+  EXPECT_NE(message(w).find("max_prefix_tokens: at most 2^24"), std::string::npos) << message(w);
+  w = WorkloadParams{};
+  w.prompts = 1'000'000;  // every prompt's prefix is kept: 80 GB
+  EXPECT_NE(message(w).find("more than 2^28 tokens to keep in memory"), std::string::npos)
+      << message(w);
+  w = WorkloadParams{};
+  w.kind = "rag";
+  w.docs = 2'000'000'000;  // 16 GB of weights and lengths
+  EXPECT_NE(message(w).find("docs: at most 10,000,000"), std::string::npos) << message(w);
+  w = WorkloadParams{};
+  w.kind = "rag";
+  w.zipf = 1e300;  // only document 1 had a weight: the draw of 3 distinct documents never ended
+  EXPECT_NE(message(w).find("zipf: 1e+300 is too steep for docs_per_request = 3"),
+            std::string::npos)
+      << message(w);
+  w.zipf = 3;  // steep but drawable
+  EXPECT_EQ(message(w), "no error");
+  w = WorkloadParams{};
+  EXPECT_EQ(message(w), "no error");
+}
+
 TEST(Generator, BadWorkloadIsInputError) {
   WorkloadParams w;
   w.kind = "chat";
