@@ -18,6 +18,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include <boost/program_options.hpp>
 
@@ -250,6 +251,13 @@ int RunEval(const Args& args) {
   }
   if (out.empty()) throw InputError("--out is required");
   if (eo.probe_heads < 1 || eo.threads < 1) throw InputError("--probe-heads and --threads must be >= 1");
+  // Each thread holds a model workspace: --threads 100000 took 15 GB and never finished.
+  const int max_threads = 2 * int(std::max(1u, std::thread::hardware_concurrency()));
+  if (eo.threads > max_threads) {
+    throw InputError("--threads " + std::to_string(eo.threads) + ": at most " +
+                     std::to_string(max_threads) + " (twice this machine's " +
+                     std::to_string(max_threads / 2) + " cores; more only add memory)");
+  }
   eo.retentions = Numbers("retentions", retentions, true);
   eo.alphas = Numbers("alphas", alphas, false);
   eo.selectors.clear();
@@ -366,6 +374,12 @@ int RunEval(const Args& args) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto model = LlamaModel::Load(model_path);
   if (model->tokenizer() == nullptr) throw ModelFileError(model_path + ": no tokenizer metadata");
+  // ITF's probe heads are KV heads of the model: more were silently cut to the model's count
+  // while the run's configuration recorded the number asked for.
+  if (eo.probe_heads > model->config().n_kv_heads) {
+    throw InputError("--probe-heads " + std::to_string(eo.probe_heads) + ": " + model_path +
+                     " has " + std::to_string(model->config().n_kv_heads) + " KV heads");
+  }
   const long long run_id = db.BeginRun(info);
   std::vector<AccuracyRow> all;
   std::int64_t tokens = 0;

@@ -63,6 +63,15 @@ TEST_F(RecordEvalCliTest, BadFlagValuesExitTwo) {
   EXPECT_NE(r.err.find("/nonexistent.gguf"), std::string::npos) << r.err;
 }
 
+// Regression (issue 18's class): each eval thread holds a model workspace; --threads 100000
+// took 15 GB and never finished.
+TEST_F(RecordEvalCliTest, ThreadsOfOneHundredThousandExitTwoBeforeAnyWork) {
+  const auto r = RunKvtier(dir_, "eval --threads 100000 --out " + (dir_ / "t.sqlite").string());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--threads 100000: at most "), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "t.sqlite"));
+}
+
 TEST_F(RecordEvalCliTest, BadDecodeFlagsExitTwoBeforeAnyWork) {
   const std::string out = " --out " + (dir_ / "d.sqlite").string();
   auto r = RunKvtier(dir_, "eval --tasks texts --bits 1,3" + out);

@@ -136,4 +136,15 @@ TEST_F(SmolLm2RecordEvalTest, DecodeTasksWriteOneRowPerTaskAndConfiguration) {
 }
 
 }  // namespace
+// Regression (issue 18's class): --probe-heads above the model's KV heads was cut to them
+// silently while the run's configuration recorded the number asked for.
+TEST_F(SmolLm2RecordEvalTest, ProbeHeadsAboveTheModelsThreeKvHeadsExitTwoBeforeAnyRun) {
+  const fs::path db = dir_ / "p.sqlite";
+  const auto r = RunKvtier(dir_, "eval --tasks piqa --items 1 --probe-heads 4 --out " + db.string());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--probe-heads 4: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("has 3 KV heads"), std::string::npos) << r.err;
+  EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM runs"), "0");
+}
+
 }  // namespace kvtier
