@@ -5,6 +5,7 @@
 // --model defaults to $KVTIER_MODEL, else ~/.cache/kvtier/models/SmolLM2-135M-Instruct.Q4_1.gguf
 // (scripts/fetch_model.sh). Bad flags, files or model files are InputErrors (exit 2).
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -96,6 +97,15 @@ int RunLm(const Args& args) {
       prompt = "<|im_start|>user\n" + prompt + "<|im_end|>\n<|im_start|>assistant\n";
     }
     const std::vector<int32_t> ids = tok.Encode(prompt);
+    // Generation stops at the context: a larger --tokens (1e9) ran for minutes and returned
+    // fewer tokens than asked for without saying so.
+    const long long room = (long long)model->config().context_length - (long long)ids.size();
+    if (n > room) {
+      throw InputError("--tokens " + std::to_string(n) + ": at most " +
+                       std::to_string(std::max(0LL, room)) + " (the model's context of " +
+                       std::to_string(model->config().context_length) + " tokens minus the " +
+                       std::to_string(ids.size()) + " of the prompt)");
+    }
     t0 = std::chrono::steady_clock::now();
     std::vector<int32_t> out = model->Generate(ids, n, tok.eos_id());
     const double s = Since(t0);

@@ -147,4 +147,14 @@ TEST_F(SmolLm2RecordEvalTest, ProbeHeadsAboveTheModelsThreeKvHeadsExitTwoBeforeA
   EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM runs"), "0");
 }
 
+// Regression (issue 18's class): `lm generate --tokens 1000000000` generated up to the context
+// for minutes and returned fewer tokens than asked for without a word.
+TEST_F(SmolLm2RecordEvalTest, LmGenerateOfABillionTokensExitsTwoNamingTheContext) {
+  const auto r = RunKvtier(dir_, "lm generate --prompt hi --tokens 1000000000");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--tokens 1000000000: at most 8191 (the model's context of 8192 tokens"),
+            std::string::npos)
+      << r.err;
+}
+
 }  // namespace kvtier
