@@ -180,6 +180,19 @@ int RunSweep(const Args& args) {
     CheckKnownKey(key, "command line: --set");
     std::vector<std::string> values = SplitList(set.substr(eq + 1));
     if (values.empty()) throw InputError("command line: --set " + key + ": no values");
+    // A key swept twice, or a value listed twice, made points that claim one value and ran
+    // another (`--set k=1GiB --set k=2GiB`: one point, labelled with both, ran 2GiB).
+    for (const auto& [other, unused] : axes) {
+      if (other == key) throw InputError("command line: --set " + key + ": set twice");
+    }
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      for (std::size_t j = 0; j < i; ++j) {
+        if (values[i] == values[j]) {
+          throw InputError("command line: --set " + key + ": value '" + values[i] +
+                           "' listed twice");
+        }
+      }
+    }
     axes.emplace_back(key, values);
   }
   const std::vector<std::string> systems = a.Systems();

@@ -222,6 +222,21 @@ TEST_F(SimCliTest, SweepRunsTheGridAndResumes) {
   EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM runs WHERE complete = 1"), "6");
 }
 
+// Regression (issue 18's class): `--set k=1GiB --set k=2GiB` ran one point, labelled with both
+// values, at 2GiB; a value listed twice ran the same point twice. Both exit 2 before any run.
+TEST_F(SimCliTest, SweepOfAKeySetTwiceOrAValueListedTwiceExitsTwo) {
+  const std::string e = Experiment(Trace(2));
+  const std::string db = (dir_ / "d.sqlite").string();
+  Result r = Run("sweep --config " + e + " --systems as --set cache.gpu_capacity=1GiB "
+                 "--set cache.gpu_capacity=2GiB --out " + db);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--set cache.gpu_capacity: set twice"), std::string::npos) << r.err;
+  r = Run("sweep --config " + e + " --systems as --set itf.alpha=0,0.6,0 --out " + db);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--set itf.alpha: value '0' listed twice"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(db));
+}
+
 // Regression: `--set workload.trace=a,b` was accepted but every point ran the INI's trace.
 TEST_F(SimCliTest, SweepCanVaryTheTrace) {
   const std::string a = Trace(4);
