@@ -15,7 +15,9 @@
 # seconds it ran); findings (crash-*, timeout-* over 10 s, leak-*, oom-* over 2 GiB) go to
 # build-fuzz/findings/TARGET/ and make the script exit 1. A timeout or slow unit whose input runs
 # in time on its own (the fuzzer was stopped or starved: libFuzzer times wall clock) is moved to
-# build-fuzz/not-reproduced/TARGET and the campaign continues.
+# build-fuzz/not-reproduced/TARGET and the campaign continues. To end a run early and keep its
+# count, `kill -USR1` the fuzzer process (libFuzzer's graceful exit: it prints its stats, this
+# script records them); another signal loses the run's executions.
 # Env: FUZZ_NICE (nice level, 10), FUZZ_ARGS (more libFuzzer flags), KVTIER_FUZZ_GGUF (the
 # tokenizer target's vocabulary; default the SmolLM2 file of scripts/fetch_model.sh).
 set -euo pipefail
