@@ -196,8 +196,25 @@ Config ExperimentArgs::Base() const { return Config::Load(config_path_, override
 
 std::vector<std::string> ExperimentArgs::Systems() const {
   const Config base = Base();
+  const bool flag = vm_.count("systems") > 0;
   std::vector<std::string> systems =
-      SplitList(!systems_.empty() ? systems_ : base.GetString("experiment.systems"));
+      SplitList(flag ? systems_ : base.GetString("experiment.systems"));
+  // `--systems ""` (or ",") named no system: running the experiment's default set instead
+  // would be a guess. A system listed twice ran twice, two runs of one name in one results
+  // file (run_summary showed both); sweep refuses its repeated values the same way.
+  if (flag && systems.empty()) {
+    throw ConfigError("command line: --systems '" + systems_ + "' names no system (systems: " +
+                      Join(KnownSystemNames(FindConfigDir(config_path_))) + ")");
+  }
+  for (std::size_t i = 0; i < systems.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (systems[i] == systems[j]) {
+        throw ConfigError((flag ? std::string("command line: --systems")
+                                : base.Where("experiment.systems")) +
+                          ": system '" + systems[i] + "' listed twice");
+      }
+    }
+  }
   if (systems.empty() && base.Has("include.system")) systems = {base.GetString("include.system")};
   if (systems.empty()) {
     throw ConfigError(config_path_ +

@@ -31,7 +31,8 @@ double SplitNumber(const std::string& text, std::string* suffix, std::string_vie
   }
   *suffix = Trim(std::string_view(end));
   if (!std::isfinite(value) || value < 0) {
-    throw std::invalid_argument("'" + text + "' is not a finite non-negative " + std::string(what));
+    throw std::invalid_argument("cannot use '" + text + "' as " + std::string(what) +
+                                ": it must be finite and non-negative");
   }
   return value;
 }

@@ -237,6 +237,26 @@ TEST_F(SimCliTest, SweepOfAKeySetTwiceOrAValueListedTwiceExitsTwo) {
   EXPECT_FALSE(fs::exists(db));
 }
 
+// Regression (probing, 2026-12-01): `--systems as,as` ran `as` twice, two runs of one name in
+// one file; `--systems ""` ran the experiment's seven default systems; a repeat in
+// experiment.systems the same. Each exits 2 before any run, naming the list and the system.
+TEST_F(SimCliTest, SystemsListedTwiceOrAnEmptySystemsListExitTwo) {
+  const std::string e = Experiment(Trace(2));
+  const std::string db = (dir_ / "d.sqlite").string();
+  Result r = Run("sim --config " + e + " --systems as,spec,as --out " + db);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("command line: --systems: system 'as' listed twice"), std::string::npos)
+      << r.err;
+  r = Run("sim --config " + e + " --systems ' , ' --out " + db);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--systems ' , ' names no system (systems: "), std::string::npos) << r.err;
+  r = Run("sweep --config " + e + " --experiment.systems=spec,spec --set itf.alpha=0 --out " + db);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("experiment.systems: system 'spec' listed twice"), std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(db));
+}
+
 // Regression: `--set workload.trace=a,b` was accepted but every point ran the INI's trace.
 TEST_F(SimCliTest, SweepCanVaryTheTrace) {
   const std::string a = Trace(4);
