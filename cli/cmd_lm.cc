@@ -97,6 +97,9 @@ int RunLm(const Args& args) {
       prompt = "<|im_start|>user\n" + prompt + "<|im_end|>\n<|im_start|>assistant\n";
     }
     const std::vector<int32_t> ids = tok.Encode(prompt);
+    // An empty prompt has nothing to continue (it failed inside the forward pass, "Forward: no
+    // tokens", naming the model file as if the file were wrong).
+    if (ids.empty()) throw InputError("--prompt: empty: give the text to continue");
     // Generation stops at the context: a larger --tokens (1e9) ran for minutes and returned
     // fewer tokens than asked for without saying so.
     const long long room = (long long)model->config().context_length - (long long)ids.size();

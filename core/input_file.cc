@@ -37,6 +37,8 @@ std::string ReadInputFile(const std::string& path, std::size_t max_bytes, const 
                           InputKind kind) {
   // Directories open fine with O_RDONLY and then fail every read with EISDIR; say so up front
   // (before the open, which would block on a FIFO without a writer — that is the user's pipe).
+  // An empty path ("--text ''", an unset variable) read as ": cannot open --text: No such file".
+  if (path.empty()) Throw(kind, std::string(what) + ": an empty path names no file");
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     Throw(kind, path + ": " + what + " is a directory, not a file");

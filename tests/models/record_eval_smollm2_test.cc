@@ -157,4 +157,16 @@ TEST_F(SmolLm2RecordEvalTest, LmGenerateOfABillionTokensExitsTwoNamingTheContext
       << r.err;
 }
 
+// Regression (probing, 2026-12-01): an empty prompt failed inside the forward pass naming the
+// model file ("...gguf: Forward: no tokens"), and an empty --text path read as
+// ": cannot open --text: No such file or directory". Both name the flag.
+TEST_F(SmolLm2RecordEvalTest, AnEmptyPromptOrAnEmptyTextPathExitsTwoNamingTheFlag) {
+  auto r = RunKvtier(dir_, "lm generate --prompt '' --tokens 3");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--prompt: empty: give the text to continue"), std::string::npos) << r.err;
+  r = RunKvtier(dir_, "lm perplexity --text ''");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("error: --text: an empty path names no file"), std::string::npos) << r.err;
+}
+
 }  // namespace kvtier
