@@ -36,19 +36,34 @@ namespace {
 
 namespace po = boost::program_options;
 
-std::vector<std::string> Split(const std::string& s) {
+// The items of the comma list given to --`flag`. An item listed twice is an error: `--tasks
+// piqa,piqa` scored every configuration of PIQA twice and wrote both rows, `--retentions
+// 0.1,0.1` the same configuration twice (found probing).
+std::vector<std::string> Split(const std::string& flag, const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    if (!item.empty()) out.push_back(item);
+    if (item.empty()) continue;
+    if (std::find(out.begin(), out.end(), item) != out.end()) {
+      throw InputError("--" + flag + ": '" + item + "' listed twice");
+    }
+    out.push_back(item);
   }
   return out;
 }
 
+// Throws when `v` is already in `out` (the same number written two ways: 0.1 and 0.10).
+template <typename T>
+void CheckNew(const std::string& flag, const std::string& text, const std::vector<T>& out, T v) {
+  if (std::find(out.begin(), out.end(), v) != out.end()) {
+    throw InputError("--" + flag + ": '" + text + "' repeats a value listed before");
+  }
+}
+
 std::vector<int> Ints(const std::string& flag, const std::string& s, int lo, int hi) {
   std::vector<int> out;
-  for (const std::string& x : Split(s)) {
+  for (const std::string& x : Split(flag, s)) {
     size_t used = 0;
     int v = 0;
     try {
@@ -60,6 +75,7 @@ std::vector<int> Ints(const std::string& flag, const std::string& s, int lo, int
       throw InputError("--" + flag + ": bad value '" + x + "' (want an integer in [" +
                        std::to_string(lo) + ", " + std::to_string(hi) + "])");
     }
+    CheckNew(flag, x, out, v);
     out.push_back(v);
   }
   if (out.empty()) throw InputError("--" + flag + ": empty list");
@@ -68,17 +84,19 @@ std::vector<int> Ints(const std::string& flag, const std::string& s, int lo, int
 
 std::vector<double> Numbers(const std::string& flag, const std::string& s, bool unit) {
   std::vector<double> out;
-  for (const std::string& x : Split(s)) {
+  for (const std::string& x : Split(flag, s)) {
+    double v = 0;
     try {
       size_t used = 0;
-      const double v = std::stod(x, &used);
+      v = std::stod(x, &used);
       if (used != x.size() || !std::isfinite(v) || v < 0 || (unit && !(v > 0 && v <= 1))) {
         throw std::invalid_argument(x);
       }
-      out.push_back(v);
     } catch (const std::exception&) {
       throw InputError("--" + flag + ": bad value '" + x + "'" + (unit ? " (want (0, 1])" : ""));
     }
+    CheckNew(flag, x, out, v);
+    out.push_back(v);
   }
   if (out.empty()) throw InputError("--" + flag + ": empty list");
   return out;
@@ -261,13 +279,19 @@ int RunEval(const Args& args) {
   eo.retentions = Numbers("retentions", retentions, true);
   eo.alphas = Numbers("alphas", alphas, false);
   eo.selectors.clear();
-  for (const std::string& s : Split(selectors)) eo.selectors.push_back(ParseSelector(s));
+  for (const std::string& s : Split("selectors", selectors)) {
+    eo.selectors.push_back(ParseSelector(s));
+  }
+  if (eo.selectors.empty()) throw InputError("--selectors: empty list");
   eo.seed = bo.seed;
   if (data_dir.empty()) data_dir = DefaultRepoDataDir();
   if (shared_dir.empty()) shared_dir = DefaultSharedDataDir();
-  const bool explicit_tasks = !tasks_arg.empty();
+  // `--tasks ''` ran the default tasks; a list that names none is an error.
+  const bool explicit_tasks = vm.count("tasks") > 0;
+  const std::vector<std::string> named = explicit_tasks ? Split("tasks", tasks_arg) : McTaskNames();
+  if (named.empty()) throw InputError("--tasks: empty list");
   std::vector<std::string> tasks, decode_tasks;
-  for (const std::string& t : explicit_tasks ? Split(tasks_arg) : McTaskNames()) {
+  for (const std::string& t : named) {
     const auto is = [&](const std::vector<std::string>& names) {
       return std::find(names.begin(), names.end(), t) != names.end();
     };
@@ -280,7 +304,10 @@ int RunEval(const Args& args) {
     } else if (is(McTaskNames())) {
       tasks.push_back(t);
     } else if (is(DecodeTaskNames())) {
-      decode_tasks.push_back(t);
+      // 'decode,texts' names texts twice; it runs once.
+      if (std::find(decode_tasks.begin(), decode_tasks.end(), t) == decode_tasks.end()) {
+        decode_tasks.push_back(t);
+      }
     } else {
       throw InputError("unknown task '" + t +
                        "' (piqa, copa, rte, openbookqa, texts, greedy, niah, decode)");

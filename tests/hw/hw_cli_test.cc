@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -157,6 +159,23 @@ TEST(KvtierCalibrate, DriverIsTimedOnTheExperimentsSystems) {
 TEST(KvtierCalibrate, RejectsBadArguments) {
   std::string out;
   EXPECT_NE(RunCmd(Kvtier() + " calibrate --quick --block 100 --out x.ini", &out), 0) << out;
+}
+
+// Regression (probing, 2026-12-01): `--out ''` (and a directory) measured for a minute, then
+// failed with ": cannot write". Now exit 2 before any measurement, nothing written.
+TEST(KvtierCalibrate, AnEmptyOrDirectoryOutExitsTwoBeforeMeasuring) {
+  const std::string d = ::testing::TempDir() + "/calib_out_" + std::to_string(::getpid());
+  std::filesystem::create_directories(d);
+  std::string out;
+  EXPECT_EQ(RunCmd(Kvtier() + " calibrate --out ''", &out), 2) << out;
+  EXPECT_NE(out.find("--out: an empty path names no file"), std::string::npos) << out;
+  EXPECT_EQ(out.find("measuring"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(RunCmd(Kvtier() + " calibrate --out " + d, &out), 2) << out;
+  EXPECT_NE(out.find("--out is a directory"), std::string::npos) << out;
+  EXPECT_EQ(out.find("measuring"), std::string::npos) << out;
+  EXPECT_TRUE(std::filesystem::is_empty(d));
+  std::filesystem::remove_all(d);
 }
 
 }  // namespace

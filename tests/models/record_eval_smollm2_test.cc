@@ -169,4 +169,25 @@ TEST_F(SmolLm2RecordEvalTest, AnEmptyPromptOrAnEmptyTextPathExitsTwoNamingTheFla
   EXPECT_NE(r.err.find("error: --text: an empty path names no file"), std::string::npos) << r.err;
 }
 
+// Regression (probing, 2026-12-01): `eval --tasks ''` ran every default task, `--tasks
+// piqa,piqa` scored PIQA twice into two sets of rows, and a repeated retention or selector
+// scored one configuration twice. Each is an error naming the flag, before the model loads.
+TEST_F(SmolLm2RecordEvalTest, EvalListsThatAreEmptyOrRepeatAnItemExitTwo) {
+  const std::string db = (dir_ / "e.sqlite").string();
+  auto r = RunKvtier(dir_, "eval --tasks '' --out " + db);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--tasks: empty list"), std::string::npos) << r.err;
+  r = RunKvtier(dir_, "eval --tasks piqa,copa,piqa --out " + db);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--tasks: 'piqa' listed twice"), std::string::npos) << r.err;
+  r = RunKvtier(dir_, "eval --tasks piqa --retentions 0.1,0.10 --out " + db);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--retentions: '0.10' repeats a value listed before"), std::string::npos)
+      << r.err;
+  r = RunKvtier(dir_, "eval --tasks piqa --selectors , --out " + db);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--selectors: empty list"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(db));
+}
+
 }  // namespace kvtier
