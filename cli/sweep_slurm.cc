@@ -36,7 +36,13 @@ std::string ShellQuote(const std::string& word) {
   return q + "'";
 }
 
-std::string Absolute(const std::string& path) {
+// The absolute form of the job directory given to `flag`. An empty one made fs::absolute
+// throw ("internal error: filesystem error: cannot make absolute path", exit 1; found probing).
+std::string Absolute(const std::string& path, const char* flag) {
+  if (path.empty()) {
+    throw InputError(std::string("command line: ") + flag +
+                     ": an empty path names no job directory");
+  }
   return fs::absolute(fs::path(path)).lexically_normal().string();
 }
 
@@ -87,7 +93,7 @@ int WriteSlurmJob(const SlurmJobOptions& options, const std::vector<std::string>
   if (options.points_per_task < 1) throw InputError("command line: --points-per-task must be >= 1");
   if (options.cpus_per_task < 1) throw InputError("command line: --cpus-per-task must be >= 1");
   if (grid.empty()) throw InputError("command line: the grid has no point");
-  const std::string dir = Absolute(options.dir);
+  const std::string dir = Absolute(options.dir, "--slurm");
   const int k = options.points_per_task;
   const int tasks = int((grid.size() + std::size_t(k) - 1) / std::size_t(k));
 
@@ -206,7 +212,7 @@ int WriteSlurmJob(const SlurmJobOptions& options, const std::vector<std::string>
 std::string SubmitSlurmJob(const std::string& dir, const std::string& array) {
   std::vector<std::string> argv = {"sbatch", "--parsable"};
   if (!array.empty()) argv.push_back("--array=" + array);
-  argv.push_back(Absolute(dir) + "/job.sh");
+  argv.push_back(Absolute(dir, "--slurm") + "/job.sh");
   std::string output;
   const int rc = Capture(argv, &output);
   output = Trimmed(output);
@@ -275,7 +281,7 @@ void CheckGrid(const std::string& grid_path, const std::vector<GridPoint>& grid,
 }
 
 int PrintSweepStatus(const std::string& dir_arg) {
-  const std::string dir = Absolute(dir_arg);
+  const std::string dir = Absolute(dir_arg, "--status");
   const std::vector<GridLine> grid = ReadGrid(dir + "/grid.tsv");
 
   // Runs of every shard, by point (config hash, trace hash).

@@ -257,6 +257,20 @@ TEST_F(SimCliTest, SystemsListedTwiceOrAnEmptySystemsListExitTwo) {
   EXPECT_FALSE(fs::exists(db));
 }
 
+// Regression (probing, 2026-12-01): `sweep --status ''` was "internal error: filesystem error:
+// cannot make absolute path" (exit 1); `--slurm ''` reached the same call.
+TEST_F(SimCliTest, AnEmptySlurmOrStatusDirectoryExitsTwo) {
+  Result r = Run("sweep --status ''");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--status: an empty path names no job directory"), std::string::npos)
+      << r.err;
+  const std::string e = Experiment(Trace(2));
+  r = Run("sweep --config " + e + " --systems as --set itf.alpha=0,1 --slurm ''");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--slurm: an empty path names no job directory"), std::string::npos)
+      << r.err;
+}
+
 // Regression: `--set workload.trace=a,b` was accepted but every point ran the INI's trace.
 TEST_F(SimCliTest, SweepCanVaryTheTrace) {
   const std::string a = Trace(4);
