@@ -115,11 +115,11 @@ int RunValidate(const Args& args) {
   if (preset_flag == "compute-bound" || preset_flag == "both") presets.push_back(kComputeBound);
   if (preset_flag == "io-bound" || preset_flag == "both") presets.push_back(kIoBound);
   if (presets.empty()) {
-    throw InputError("kvtier validate: --preset '" + preset_flag +
+    throw InputError("command line: --preset '" + preset_flag +
                      "': expected compute-bound, io-bound or both");
   }
   if (repeats < 1 || repeats > 100) {
-    throw InputError("kvtier validate: --repeats " + std::to_string(repeats) +
+    throw InputError("command line: --repeats " + std::to_string(repeats) +
                      ": expected 1 to 100");
   }
   const Config base = a.Base();

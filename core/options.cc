@@ -188,8 +188,13 @@ SystemOptions BuildSystemOptions(const Config& c, const ModelSpec& model) {
   s.cake_chunk_tokens = PositiveInt(c, "cake.chunk_tokens");
   s.reorder = c.GetBool("reorder.enabled");
   s.reorder_interval = c.GetDuration("reorder.interval");
-  s.reorder_min_accesses = static_cast<int>(c.GetInt("reorder.min_accesses"));
+  // Both were taken as written: a negative count of reuses, and a moving-average weight of 2
+  // (each update then doubles the history and subtracts the new value), passed the check.
+  s.reorder_min_accesses = static_cast<int>(NonNegativeInt(c, "reorder.min_accesses"));
   s.reorder_history_weight = c.GetDouble("reorder.history_weight");
+  if (!(s.reorder_history_weight >= 0 && s.reorder_history_weight < 1)) {
+    throw ConfigError(c.Where("reorder.history_weight") + ": must be in [0, 1)");
+  }
   s.reorder_min_gain = c.GetDouble("reorder.min_gain");
   s.reorder_from_memory = c.GetBool("reorder.from_memory");
   if (!(s.reorder_min_gain >= 0 && s.reorder_min_gain <= 1)) {

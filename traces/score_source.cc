@@ -1,5 +1,6 @@
 #include "traces/score_source.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/check.h"
@@ -13,7 +14,8 @@ namespace kvtier {
 ReplaySetup PrepareReplay(const std::string& trace_path, const Config& config,
                           const ExperimentOptions& opts) {
   ReplaySetup setup;
-  setup.header = TraceReader(trace_path).header();
+  const TraceReader reader(trace_path);
+  setup.header = reader.header();
   const TraceHeader& header = setup.header;
   if (!config.GetBool("workload.retarget")) {
     if (header.model.name != opts.model.name) {
@@ -36,6 +38,21 @@ ReplaySetup PrepareReplay(const std::string& trace_path, const Config& config,
                        shape(opts.model.layers, opts.model.heads, opts.model.kv_heads) +
                        " (set workload.retarget = true to map its layers and heads)");
     }
+  }
+  // Warm-ups that take every request leave nothing to measure: the run completed with an
+  // empty comparison table and exit 0 (found probing with run.warmup_requests = 10^6).
+  long long requests = std::max<long long>(0, reader.DeclaredRecords());  // 0: not known
+  if (opts.run.max_requests > 0 && (requests == 0 || requests > opts.run.max_requests)) {
+    requests = opts.run.max_requests;
+  }
+  if (requests > 0 && opts.run.warmup_requests >= requests) {
+    throw ConfigError(config.Where("run.warmup_requests") + ": " +
+                      std::to_string(opts.run.warmup_requests) + " warm-up requests leave none " +
+                      "of the " + std::to_string(requests) + " served (" +
+                      (opts.run.max_requests > 0 && requests == opts.run.max_requests
+                           ? "run.max_requests"
+                           : trace_path + "'s requests") +
+                      ") to measure");
   }
   if (!opts.importance.empty()) {
     setup.none_model =

@@ -1,6 +1,7 @@
 #include "traces/trace_io.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -486,6 +487,22 @@ TraceReader::TraceReader(const std::string& path) : path_(path) {
     file_ = nullptr;
     throw;
   }
+}
+
+std::int64_t TraceReader::DeclaredRecords() const {
+  // The end marker: a zero record length, the count (8 bytes), "KEND".
+  std::uint8_t tail[16];
+  if (file_bytes_ < sizeof tail ||
+      ::pread(::fileno(file_), tail, sizeof tail, off_t(file_bytes_ - sizeof tail)) !=
+          ssize_t(sizeof tail)) {
+    return -1;
+  }
+  std::uint32_t len = 0;
+  std::uint64_t count = 0;
+  std::memcpy(&len, tail, 4);
+  std::memcpy(&count, tail + 4, 8);
+  if (len != 0 || std::memcmp(tail + 12, kEndTag, 4) != 0 || count > (1ull << 62)) return -1;
+  return std::int64_t(count);
 }
 
 void TraceReader::ReadHeader() {

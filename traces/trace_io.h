@@ -81,6 +81,12 @@ class TraceReader {
   std::int64_t records_read() const { return records_; }
   std::uint64_t bytes_read() const { return bytes_; }
 
+  // The record count the file's end marker states (its last 16 bytes), read without moving
+  // the reading position; -1 when the file does not end in an end marker (a cut file, which
+  // Next reports when it gets there). A claim, not a check: Next compares it with the records
+  // it read. Lets a caller refuse a run by its request count before serving any.
+  std::int64_t DeclaredRecords() const;
+
  private:
   [[noreturn]] void Fail(const std::string& what) const;
   void ReadHeader();

@@ -271,6 +271,32 @@ TEST_F(SimCliTest, AnEmptySlurmOrStatusDirectoryExitsTwo) {
       << r.err;
 }
 
+// Regression (probing, 2026-12-01): warm-ups covering every request ran to an empty comparison
+// table with exit 0; reorder.min_accesses = -1 and reorder.history_weight = 2 passed the check.
+TEST_F(SimCliTest, WarmUpsThatLeaveNothingToMeasureAndBadReorderKeysExitTwo) {
+  const std::string e = Experiment(Trace(4));  // warmup_requests = 2
+  const std::string db = (dir_ / "w.sqlite").string();
+  Result r = Run("sim --config " + e + " --systems as --run.warmup_requests=4 --out " + db);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("run.warmup_requests: 4 warm-up requests leave none of the 4 served"),
+            std::string::npos)
+      << r.err;
+  r = Run("sim --config " + e + " --systems as --run.max_requests=2 --out " + db);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("e.ini:10: run.warmup_requests: 2 warm-up requests leave none of the 2 "
+                       "served (run.max_requests) to measure"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM runs"), "0");  // refused before its run row
+  r = Run("config --config " + e + " --check --reorder.min_accesses=-1");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("reorder.min_accesses"), std::string::npos) << r.err;
+  r = Run("config --config " + e + " --check --reorder.history_weight=2");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("reorder.history_weight: must be in [0, 1)"), std::string::npos) << r.err;
+  EXPECT_EQ(Run("sim --config " + e + " --systems as --run.max_requests=3 --out " + db).code, 0);
+}
+
 // Regression: `--set workload.trace=a,b` was accepted but every point ran the INI's trace.
 TEST_F(SimCliTest, SweepCanVaryTheTrace) {
   const std::string a = Trace(4);
