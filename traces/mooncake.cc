@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -227,10 +229,26 @@ class LineReader {
   bool eof_ = false;
 };
 
+// A JSON number as the shortest text that reads back as it ("1e+300", "2.5", "-1"), not
+// std::to_string's fixed notation, which printed 1e300 as 301 digits.
+std::string NumberText(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  for (int digits = 1; digits < 17; ++digits) {
+    char shorter[32];
+    std::snprintf(shorter, sizeof shorter, "%.*g", digits, v);
+    if (std::strtod(shorter, nullptr) == v) return shorter;
+  }
+  return buf;
+}
+
 std::int64_t NonNegativeInt(double v, const std::string& where, const char* key) {
-  if (v < 0) throw TraceError(where + ": " + key + " is negative (" + std::to_string(v) + ")");
-  if (v != std::floor(v) || v > 9e15) {
-    throw TraceError(where + ": " + key + " is not an integer (" + std::to_string(v) + ")");
+  if (v < 0) throw TraceError(where + ": " + key + " is negative (" + NumberText(v) + ")");
+  if (v != std::floor(v)) {
+    throw TraceError(where + ": " + key + " is not an integer (" + NumberText(v) + ")");
+  }
+  if (v > 9e15) {
+    throw TraceError(where + ": " + key + " is too large (" + NumberText(v) + " > 9e15)");
   }
   return static_cast<std::int64_t>(v);
 }
@@ -239,7 +257,12 @@ std::int64_t NonNegativeInt(double v, const std::string& where, const char* key)
 
 MooncakeImportSummary ImportMooncake(const std::string& jsonl_path, const std::string& out_path,
                                      const MooncakeImportOptions& opt) {
-  if (opt.block_tokens < 1 || opt.chunk_tokens < 1 || opt.block_tokens % opt.chunk_tokens != 0) {
+  if (opt.block_tokens < 1 || opt.chunk_tokens < 1) {
+    throw InputError("import-mooncake: --block-tokens (" + std::to_string(opt.block_tokens) +
+                     ") and --chunk-tokens (" + std::to_string(opt.chunk_tokens) +
+                     ") must be >= 1");
+  }
+  if (opt.block_tokens % opt.chunk_tokens != 0) {
     throw InputError("import-mooncake: chunk tokens (" + std::to_string(opt.chunk_tokens) +
                      ") must divide block tokens (" + std::to_string(opt.block_tokens) + ")");
   }

@@ -311,6 +311,27 @@ TEST(MooncakeMalformed, NegativeLength) {
                  "1", "output_length is negative");
 }
 
+// Regression (probing, 2026-12-01): a timestamp of 1e300 was "not an integer" followed by
+// its 301 digits; numbers are written as their shortest text, and a huge one says so.
+TEST(MooncakeMalformed, AHugeOrFractionalNumberIsNamedInItsShortestForm) {
+  ExpectBadJsonl(R"({"timestamp": 1e300, "input_length": 40, "output_length": 1, "hash_ids": [0]})",
+                 "1", "timestamp is too large (1e+300 > 9e15)");
+  ExpectBadJsonl(R"({"timestamp": 1, "input_length": 40.5, "output_length": 1, "hash_ids": [0]})",
+                 "1", "input_length is not an integer (40.5)");
+  const std::string in = TempPath("mc-ok.jsonl");
+  WriteText(in, kGood);
+  MooncakeImportOptions o;
+  o.block_tokens = 0;
+  try {
+    ImportMooncake(in, TempPath("mc-ok.kvt"), o);
+    ADD_FAILURE() << "no error for --block-tokens 0";
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("--block-tokens (0) and --chunk-tokens ("), std::string::npos) << msg;
+    EXPECT_NE(msg.find(") must be >= 1"), std::string::npos) << msg;
+  }
+}
+
 TEST(MooncakeMalformed, MissingFieldAndTooManyBlocks) {
   ExpectBadJsonl(R"({"timestamp": 1, "input_length": 40, "hash_ids": [0]})", "1", "missing field");
   ExpectBadJsonl(R"({"timestamp": 1, "input_length": 40, "output_length": 1, "hash_ids": [0, 1]})",
