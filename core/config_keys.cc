@@ -48,7 +48,9 @@ constexpr KeySpec kKeys[] = {
     {"ssd.write_bw", K::kBandwidth, "2GB/s", nullptr, "write bandwidth, bytes/s"},
     {"ssd.latency", K::kDuration, "80us", nullptr, "per-I/O latency at queue depth 1"},
     {"ssd.queue_depth", K::kInt, "32", nullptr, "I/Os the pipeline keeps in flight"},
-    {"ssd.capacity", K::kBytes, "2TB", nullptr, "SSD capacity for prefix KV"},
+    {"ssd.capacity", K::kBytes, "2TB", nullptr,
+     "SSD capacity for prefix KV; not a bound (the SSD keeps every chunk: no SSD eviction is "
+     "modelled): a run that stores more warns once and records the metric ssd.stored_bytes"},
     {"ssd.background_share", K::kDouble, "0.25", nullptr,
      "share of SSD bandwidth background writes and repacks may use, in (0, 1] (sim: a cap; hw: "
      "their writes paced to it)"},

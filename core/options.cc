@@ -105,6 +105,7 @@ HardwareOptions BuildHardwareOptions(const Config& c) {
   if (!(h.ssd_background_share > 0 && h.ssd_background_share <= 1)) {
     throw ConfigError(c.Where("ssd.background_share") + ": must be in (0, 1]");
   }
+  h.ssd_capacity = c.GetBytes("ssd.capacity");
   h.ssd_write_lanes = int(c.GetInt("ssd.write_lanes"));
   if (h.ssd_write_lanes < 0) {
     throw ConfigError(c.Where("ssd.write_lanes") + ": must be >= 0 (0: no limit), got " +

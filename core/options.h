@@ -26,6 +26,10 @@ struct HardwareOptions {
   // hw mode runs them, one at a time on its write lane (the only value hw accepts). 0: no
   // limit, every write shares the device at once (the simulator's path before session 7).
   int ssd_write_lanes = 1;
+  // Not a bound: the SSD keeps every chunk (no SSD eviction is modelled, in sim or hw). A run
+  // that stores more prefix KV than this says so once and records ssd.stored_bytes
+  // (driver/experiment.cc), so a result is not read as one of a smaller drive.
+  Bytes ssd_capacity = Bytes(2e12);
   double cpu_memcpy_bw = 10e9;
   double cpu_gather_bw = 8e9;
   // Bytes/s that concurrent copies through host memory share: CPU gathers and H2D/D2H copies

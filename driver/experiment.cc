@@ -1,12 +1,15 @@
 #include "driver/experiment.h"
 
+#include <cstdio>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "analysis/results_db.h"
 #include "core/check.h"
 #include "core/errors.h"
+#include "core/stored_layout.h"
 #include "traces/trace_io.h"
 
 namespace kvtier {
@@ -87,6 +90,27 @@ ExperimentResult Experiment::Run(ExperimentBackend& backend, const ReplayProgres
   result.end_s = served.end_s;
   result.wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  // The prefix KV the SSD holds now (every stored segment, every kind of every layer): the
+  // SSD keeps every chunk, so past ssd.capacity the run is one of a larger drive; say so.
+  const StoredLayout layout = StoredLayout::Of(opts_.model, opts_.system);
+  double token_bytes = 0;
+  for (KvKind kind : layout.kinds()) token_bytes += double(layout.TokenBytes(kind));
+  const double stored = double(pipeline.tree().stored_tokens()) * token_bytes * opts_.model.layers;
+  log.LogMetric("ssd.stored_bytes", stored);
+  if (stored > double(opts_.hardware.ssd_capacity)) {
+    const auto size = [](double b) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, b >= 1e12 ? "%.3g TB" : "%.3g GB", b >= 1e12 ? b / 1e12 : b / 1e9);
+      return std::string(buf);
+    };
+    std::fprintf(stderr,
+                 "kvtier: warning: system %s stored %s of prefix KV on the SSD, more than "
+                 "ssd.capacity = %s (%s); the SSD keeps every chunk (no SSD eviction is "
+                 "modelled), so this is a run on a larger drive\n",
+                 opts_.system.name.c_str(), size(stored).c_str(),
+                 size(double(opts_.hardware.ssd_capacity)).c_str(),
+                 config_.Where("ssd.capacity").c_str());
+  }
   log.LogMetric(backend.end_time_metric(), result.end_s);
   log.LogMetric("wall_s", result.wall_s);
   backend.LogMetrics(log);

@@ -297,6 +297,30 @@ TEST_F(SimCliTest, WarmUpsThatLeaveNothingToMeasureAndBadReorderKeysExitTwo) {
   EXPECT_EQ(Run("sim --config " + e + " --systems as --run.max_requests=3 --out " + db).code, 0);
 }
 
+// Regression (probing, 2026-12-01): ssd.capacity was read by nothing (1 MB ran as 2 TB, with no
+// word). The SSD still keeps every chunk; the run records what it stored and says when that is
+// past the capacity.
+TEST_F(SimCliTest, StoringMoreThanTheSsdCapacityWarnsAndRecordsTheStoredBytes) {
+  const std::string e = Experiment(Trace(4));
+  const fs::path db = dir_ / "c.sqlite";
+  Result r = Run("sim --config " + e + " --systems as --ssd.capacity=1MB --out " + db.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: system as stored "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("more than ssd.capacity = 0.001 GB (command line: ssd.capacity); the SSD "
+                       "keeps every chunk"),
+            std::string::npos)
+      << r.err;
+  // as stores K and V: 40 layers x 2 x 40 heads x 128 x 2 B = 819,200 B per token of OPT-13B.
+  const std::string stored =
+      Query(db, "SELECT CAST(value AS INTEGER) FROM metrics WHERE name = 'ssd.stored_bytes'");
+  ASSERT_FALSE(stored.empty());
+  EXPECT_EQ(std::stoll(stored) % 819200, 0) << stored;
+  EXPECT_GT(std::stoll(stored), 0);
+  r = Run("sim --config " + e + " --systems as --out " + (dir_ / "d.sqlite").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err.find("ssd.capacity"), std::string::npos) << r.err;
+}
+
 // Regression: `--set workload.trace=a,b` was accepted but every point ran the INI's trace.
 TEST_F(SimCliTest, SweepCanVaryTheTrace) {
   const std::string a = Trace(4);
