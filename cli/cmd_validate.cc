@@ -42,6 +42,7 @@
 #include "cli/hw_common.h"
 #include "cli/sim_common.h"
 #include "core/errors.h"
+#include "core/options.h"
 
 namespace kvtier::cli {
 namespace {
@@ -313,9 +314,11 @@ int RunValidate(const Args& args) {
           wake_runs += buf;
         }
         if (op_runs.empty()) continue;
+        // The values the system's runs use: its own (cpu.driver_op_costs) or the pooled one.
+        const HardwareOptions used = BuildOptions(config).hardware;
         std::printf("%-12s %8.1f us  %-26s %8.1f us  %s\n", system.c_str(),
-                    1e6 * config.GetDuration("cpu.driver_op_cost"), op_runs.c_str(),
-                    1e6 * config.GetDuration("cpu.driver_wake"), wake_runs.c_str());
+                    1e6 * used.cpu_driver_op_cost, op_runs.c_str(), 1e6 * used.cpu_driver_wake,
+                    wake_runs.c_str());
       }
     }
   }

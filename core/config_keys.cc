@@ -73,6 +73,12 @@ constexpr KeySpec kKeys[] = {
     {"cpu.driver_wake", K::kDuration, "0us", nullptr,
      "time from an awaited op's end until the driving thread runs again, per wait that "
      "blocked; 0 = at once; kvtier calibrate --config X --driver measures it"},
+    {"cpu.driver_op_costs", K::kString, "", nullptr,
+     "cpu.driver_op_cost per system, 'system=duration' entries separated by commas; a listed "
+     "system's own replaces the pooled value (the work behind an op differs by system); "
+     "kvtier calibrate --driver writes one per system it timed"},
+    {"cpu.driver_wakes", K::kString, "", nullptr,
+     "cpu.driver_wake per system, as cpu.driver_op_costs"},
     {"pcie.h2d_bw", K::kBandwidth, "25GB/s", nullptr, "pinned host-to-device bandwidth"},
     {"pcie.d2h_bw", K::kBandwidth, "25GB/s", nullptr, "device-to-host bandwidth"},
     {"pcie.latency", K::kDuration, "2.3us", nullptr,

@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <optional>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "core/errors.h"
 #include "core/fault_plan.h"
 #include "core/selector.h"
+#include "core/units.h"
 
 namespace kvtier {
 namespace {
@@ -243,12 +247,57 @@ SystemOptions BuildSystemOptions(const Config& c, const ModelSpec& model) {
   return s;
 }
 
+namespace {
+
+// The entry of `system` in the per-system list `key` ("as=15.4us, spec=12.5us"), if any.
+// Every entry is checked, whichever system runs, so `config --check` finds a bad one.
+std::optional<Seconds> PerSystemDuration(const Config& c, const char* key,
+                                         const std::string& system) {
+  std::optional<Seconds> found;
+  std::vector<std::string> seen;
+  std::stringstream list(c.GetString(key));
+  std::string entry;
+  while (std::getline(list, entry, ',')) {
+    const auto b = entry.find_first_not_of(" \t"), e = entry.find_last_not_of(" \t");
+    if (b == std::string::npos) continue;
+    entry = entry.substr(b, e - b + 1);
+    const auto eq = entry.find('=');
+    std::string name = eq == std::string::npos ? "" : entry.substr(0, eq);
+    while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) name.pop_back();
+    if (name.empty()) {
+      throw ConfigError(c.Where(key) + ": entry '" + entry + "' is not system=duration");
+    }
+    if (std::find(seen.begin(), seen.end(), name) != seen.end()) {
+      throw ConfigError(c.Where(key) + ": system '" + name + "' listed twice");
+    }
+    seen.push_back(name);
+    Seconds v = 0;
+    try {
+      v = ParseDuration(entry.substr(eq + 1));
+    } catch (const std::invalid_argument& err) {
+      throw ConfigError(c.Where(key) + ": " + name + ": " + err.what());
+    }
+    if (name == system) found = v;
+  }
+  return found;
+}
+
+}  // namespace
+
 ExperimentOptions BuildOptions(const Config& c) {
   ExperimentOptions o;
   o.experiment_name = c.GetString("experiment.name");
   o.model = BuildModelSpec(c);
   o.hardware = BuildHardwareOptions(c);
   o.system = BuildSystemOptions(c, o.model);
+  // A system's own driving-thread times replace the pooled ones (kvtier calibrate --driver
+  // times each system: cake's ops carry ~8x the planning of spec's on the 2-vCPU VM).
+  if (auto v = PerSystemDuration(c, "cpu.driver_op_costs", o.system.name)) {
+    o.hardware.cpu_driver_op_cost = *v;
+  }
+  if (auto v = PerSystemDuration(c, "cpu.driver_wakes", o.system.name)) {
+    o.hardware.cpu_driver_wake = *v;
+  }
   const long long warmup = NonNegativeInt(c, "run.warmup_requests");
   if (warmup > (1LL << 30)) throw ConfigError(c.Where("run.warmup_requests") + ": at most 2^30");
   o.run.warmup_requests = static_cast<int>(warmup);

@@ -655,6 +655,15 @@ std::string ProfileIni(const CalibrateOptions& o, const CalibrateResult& r) {
   if (!r.driver_method.empty()) {
     s += "driver_op_cost = " + Fmt("%.3fus", r.driver_op_cost_s * 1e6) + "\ndriver_wake = " +
          Fmt("%.3fus", r.driver_wake_s * 1e6) + "\n";
+    std::string costs, wakes;
+    for (const CalibrateResult::DriverTime& d : r.driver_by_system) {
+      costs += (costs.empty() ? "" : ", ") + d.system + "=" + Fmt("%.3fus", d.op_cost_s * 1e6);
+      if (d.wake_s >= 0) {
+        wakes += (wakes.empty() ? "" : ", ") + d.system + "=" + Fmt("%.3fus", d.wake_s * 1e6);
+      }
+    }
+    if (!costs.empty()) s += "driver_op_costs = " + costs + "\n";
+    if (!wakes.empty()) s += "driver_wakes = " + wakes + "\n";
   }
   s += "\n";
   s += "[pcie]\nh2d_bw = " + Fmt("%.4fGB/s", r.h2d_bw / 1e9) + "\nd2h_bw = " +

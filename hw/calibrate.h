@@ -114,6 +114,14 @@ struct CalibrateResult {
   // (kvtier calibrate --driver: hw runs of the experiment's systems; cli/cmd_calibrate.cc).
   double driver_op_cost_s = 0, driver_wake_s = 0;
   std::string driver_method;
+  // Each timed system's own (cpu.driver_op_costs, cpu.driver_wakes), in name order; a system
+  // with no blocked wait has no wake entry.
+  struct DriverTime {
+    std::string system;
+    double op_cost_s = 0;
+    double wake_s = -1;  // < 0: no blocked wait was timed
+  };
+  std::vector<DriverTime> driver_by_system;
   std::string gpu_name;
   double seconds = 0;       // how long calibration took
   std::string load_before, load_after;  // /proc/loadavg's 1/5/15-minute averages ("" if absent)

@@ -408,6 +408,35 @@ TEST_F(ConfigTest, AGpuOfTenToTheMinus300FlopsIsRejectedInsteadOfHangingTheSimul
                                                              "cpu.shared_copy_bw=0"})));
 }
 
+// cpu.driver_op_costs / cpu.driver_wakes: a listed system's own driving-thread times replace
+// the pooled ones (kvtier calibrate --driver writes both); others keep the pooled ones; every
+// entry is checked whichever system runs.
+TEST_F(ConfigTest, APerSystemDriverTimeReplacesThePooledOneForThatSystemOnly) {
+  const std::vector<std::string> words = {"cpu.driver_op_cost=47us", "cpu.driver_wake=40us",
+                                          "cpu.driver_op_costs=other=120us, sys = 15.5us",
+                                          "cpu.driver_wakes=other=20us"};
+  const ExperimentOptions mine = BuildOptions(Config::Load(Experiment(""), words));
+  EXPECT_DOUBLE_EQ(mine.hardware.cpu_driver_op_cost, 15.5e-6);
+  EXPECT_DOUBLE_EQ(mine.hardware.cpu_driver_wake, 40e-6);  // not listed: the pooled one
+  std::vector<std::string> other = words;
+  other.push_back("system.name=other");
+  const ExperimentOptions theirs = BuildOptions(Config::Load(Experiment(""), other));
+  EXPECT_DOUBLE_EQ(theirs.hardware.cpu_driver_op_cost, 120e-6);
+  EXPECT_DOUBLE_EQ(theirs.hardware.cpu_driver_wake, 20e-6);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"cpu.driver_op_costs=sys", "entry 'sys' is not system=duration"},
+      {"cpu.driver_op_costs==5us", "entry '=5us' is not system=duration"},
+      {"cpu.driver_wakes=a=1us,a=2us", "system 'a' listed twice"},
+      {"cpu.driver_op_costs=a=fast", "a: cannot parse 'fast' as a duration"},
+      {"cpu.driver_op_costs=a=-1us", "a: cannot use '-1us' as a duration"}};
+  for (const auto& [set, what] : bad) {
+    const std::string msg = ErrorOf([&] { BuildOptions(Config::Load(Experiment(""), {set})); });
+    EXPECT_NE(msg.find("command line: " + set.substr(0, set.find('=')) + ": " + what),
+              std::string::npos)
+        << set << ": " << msg;
+  }
+}
+
 TEST_F(ConfigTest, ZeroHwMaxMemoryIsRejectedByTheCheck) {
   for (const std::string key : {"hw.max_memory", "hw.ring", "hw.store_capacity"}) {
     const std::string msg =

@@ -135,17 +135,27 @@ TEST(KvtierCalibrate, DriverIsTimedOnTheExperimentsSystems) {
   std::ifstream f(ini);
   std::stringstream text;
   text << f.rdbuf();
-  for (const char* key : {"\ndriver_op_cost = ", "\ndriver_wake = ",
-                          "cpu.driver_op_cost/driver_wake: kvtier hw of exp.ini's 2 systems over "
-                          "their first 2 requests"}) {
+  for (const char* key : {"\ndriver_op_cost = ", "\ndriver_wake = ", "\ndriver_op_costs = as=",
+                          ", spec=", "cpu.driver_op_cost/driver_wake: kvtier hw of exp.ini's 2 "
+                          "systems over their first 2 requests"}) {
     EXPECT_NE(text.str().find(key), std::string::npos) << key << " missing in\n" << text.str();
   }
+  // Each system runs with its own cost per op, the one its line on stderr gave.
   const std::string run = d + "/run.ini";
   std::ofstream(run) << "[include]\nmodel = smollm2-135m\nhardware = " << ini << "\nsystem = spec\n";
   const ExperimentOptions o = BuildOptions(Config::Load(run, {}));
   EXPECT_GT(o.hardware.cpu_driver_op_cost, 0);
   EXPECT_LT(o.hardware.cpu_driver_op_cost, 0.05);  // seconds per op: a loaded machine, not a hang
   EXPECT_GE(o.hardware.cpu_driver_wake, 0);
+  const std::size_t at = out.find("driver spec ");
+  ASSERT_NE(at, std::string::npos);
+  const std::size_t colon = out.find("awake: ", at);
+  ASSERT_NE(colon, std::string::npos);
+  const double spec_us = std::stod(out.substr(colon + 7));
+  EXPECT_NEAR(o.hardware.cpu_driver_op_cost * 1e6, spec_us, 0.01) << out;
+  const Config pooled = Config::Load(run, {"--cpu.driver_op_costs="});
+  EXPECT_DOUBLE_EQ(BuildOptions(pooled).hardware.cpu_driver_op_cost,
+                   pooled.GetDuration("cpu.driver_op_cost"));
   // The scratch results database is gone; without --config there is nothing to run.
   for (const auto& entry : std::filesystem::directory_iterator(d + "/hardware")) {
     EXPECT_EQ(entry.path().filename().string().rfind("kvtier_driver_", 0), std::string::npos)
