@@ -55,7 +55,8 @@ std::vector<std::string> Split(const std::string& flag, const std::string& s) {
 
 // Throws when `v` is already in `out` (the same number written two ways: 0.1 and 0.10).
 template <typename T>
-void CheckNew(const std::string& flag, const std::string& text, const std::vector<T>& out, T v) {
+void CheckNew(const std::string& flag, const std::string& text, const std::vector<T>& out,
+              T v) {
   if (std::find(out.begin(), out.end(), v) != out.end()) {
     throw InputError("--" + flag + ": '" + text + "' repeats a value listed before");
   }
@@ -288,7 +289,8 @@ int RunEval(const Args& args) {
   if (shared_dir.empty()) shared_dir = DefaultSharedDataDir();
   // `--tasks ''` ran the default tasks; a list that names none is an error.
   const bool explicit_tasks = vm.count("tasks") > 0;
-  const std::vector<std::string> named = explicit_tasks ? Split("tasks", tasks_arg) : McTaskNames();
+  const std::vector<std::string> named =
+      explicit_tasks ? Split("tasks", tasks_arg) : McTaskNames();
   if (named.empty()) throw InputError("--tasks: empty list");
   std::vector<std::string> tasks, decode_tasks;
   for (const std::string& t : named) {

@@ -95,12 +95,14 @@ ExperimentResult Experiment::Run(ExperimentBackend& backend, const ReplayProgres
   const StoredLayout layout = StoredLayout::Of(opts_.model, opts_.system);
   double token_bytes = 0;
   for (KvKind kind : layout.kinds()) token_bytes += double(layout.TokenBytes(kind));
-  const double stored = double(pipeline.tree().stored_tokens()) * token_bytes * opts_.model.layers;
+  const double stored =
+      double(pipeline.tree().stored_tokens()) * token_bytes * opts_.model.layers;
   log.LogMetric("ssd.stored_bytes", stored);
   if (stored > double(opts_.hardware.ssd_capacity)) {
     const auto size = [](double b) {
       char buf[32];
-      std::snprintf(buf, sizeof buf, b >= 1e12 ? "%.3g TB" : "%.3g GB", b >= 1e12 ? b / 1e12 : b / 1e9);
+      const bool tb = b >= 1e12;
+      std::snprintf(buf, sizeof buf, tb ? "%.3g TB" : "%.3g GB", tb ? b / 1e12 : b / 1e9);
       return std::string(buf);
     };
     std::fprintf(stderr,
