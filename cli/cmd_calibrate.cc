@@ -152,23 +152,8 @@ int RunCalibrate(const Args& args) {
   if (o.block < 512 || o.block > (64ull << 20)) throw InputError("--block: must be in [512 B, 64 MiB]");
   // The profile is written after a minute of measuring: a path it cannot be written to
   // ('--out ""', a directory, a read-only place) failed only then, with ": cannot write".
-  // Nothing is created before the measurements succeed.
-  if (out.empty()) throw InputError("--out: an empty path names no file");
+  CheckOutputFile(out, "--out");
   fs::path out_path(out);
-  {
-    std::error_code ec;
-    if (fs::is_directory(out_path, ec)) {
-      throw InputError(out + ": --out is a directory; name the profile INI to write");
-    }
-    fs::path parent = out_path.has_parent_path() ? out_path.parent_path() : fs::path(".");
-    while (!parent.empty() && !fs::exists(parent, ec)) parent = parent.parent_path();
-    if (parent.empty()) parent = ".";
-    const fs::path probe = fs::exists(out_path, ec) ? out_path : parent;
-    if (::access(probe.c_str(), W_OK) != 0) {
-      throw InputError(out + ": --out cannot be written (" + probe.string() + ": " +
-                       std::strerror(errno) + ")");
-    }
-  }
   if (o.dir.empty()) {
     o.dir = (out_path.has_parent_path() ? out_path.parent_path() : fs::path(".")).string();
   }

@@ -467,6 +467,8 @@ int RunFit(const Args& args) {
     return 0;
   }
   if (trace.empty()) throw InputError("a trace file is required");
+  // The INI is written after the fit (minutes): an unwritable --out failed only then.
+  if (!out.empty()) CheckOutputFile(out, "--out");
   if (decode) {
     dfo.ks = ParseWholeList("decode-ks", decode_ks, /*allow_empty=*/true);
     dfo.lags = ParseWholeList("decode-lags", decode_lags, /*allow_empty=*/false);

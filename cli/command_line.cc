@@ -1,5 +1,10 @@
 #include "cli/command_line.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <map>
 
 #include "core/errors.h"
@@ -108,6 +113,26 @@ void NotifyArgs(const std::string& command, po::variables_map* vm) {
   } catch (const po::error& e) {
     throw InputError(std::string("command line: ") + ErrorText(e) + " (kvtier " + command +
                      " --help)");
+  }
+}
+
+void CheckOutputFile(const std::string& path, const char* flag) {
+  namespace fs = std::filesystem;
+  if (path.empty()) throw InputError(std::string(flag) + ": an empty path names no file");
+  std::error_code ec;
+  const fs::path p(path);
+  if (fs::is_directory(p, ec)) {
+    throw InputError(path + ": " + flag + " is a directory; name the file to write");
+  }
+  fs::path probe = p;
+  if (!fs::exists(probe, ec)) {
+    probe = p.has_parent_path() ? p.parent_path() : fs::path(".");
+    while (!probe.empty() && !fs::exists(probe, ec)) probe = probe.parent_path();
+    if (probe.empty()) probe = ".";
+  }
+  if (::access(probe.c_str(), W_OK) != 0) {
+    throw InputError(path + ": " + flag + " cannot be written (" + probe.string() + ": " +
+                     std::strerror(errno) + ")");
   }
 }
 

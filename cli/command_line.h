@@ -44,6 +44,11 @@ void NotifyArgs(const std::string& command, boost::program_options::variables_ma
 // built from the same template with each placeholder replaced once.
 std::string ErrorText(const boost::program_options::error& e);
 
+// Checks, before a long measurement or fit, that the file `path` given to `flag` can be
+// written when the work is done: not empty, not a directory, and its nearest existing
+// directory (or the file itself) writable. Creates nothing. Throws InputError naming both.
+void CheckOutputFile(const std::string& path, const char* flag);
+
 // Rethrows boost's `e` as InputError("command line: <what> (...)"): for an unknown option the
 // parenthesis lists `visible`'s options, otherwise it points at `kvtier <command> --help`.
 [[noreturn]] void ThrowCommandLineError(const std::string& command,

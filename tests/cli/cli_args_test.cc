@@ -166,4 +166,19 @@ TEST_F(CliArgsTest, AnArgumentOfPercentValuePercentExitsTwoInsteadOfHanging) {
   }
 }
 
+// Regression (probing, 2026-12-01): commands that write one file after minutes of work
+// (`calibrate --out`, `trace fit --out`) failed only then when the path was a directory or
+// empty. CheckOutputFile says so before any work: here `trace fit` onto a directory, which
+// fails before the trace is even opened.
+TEST_F(CliArgsTest, AFitOrProfileOntoADirectoryExitsTwoBeforeAnyWork) {
+  Result r = Run("trace fit no-such.kvt --out " + dir_.string());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find(dir_.string() + ": --out is a directory; name the file to write"),
+            std::string::npos)
+      << r.err;
+  r = Run("calibrate --quick --out " + dir_.string());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--out is a directory"), std::string::npos) << r.err;
+}
+
 }  // namespace
