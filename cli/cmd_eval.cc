@@ -244,7 +244,7 @@ int RunEval(const Args& args) {
       ("selectors", po::value(&selectors), "itf,h2o,spi,random")
       ("probe-heads", po::value(&eo.probe_heads), "ITF probe KV heads (2: SmolLM2 has 3 KV heads)")
       ("threads", po::value(&eo.threads), "configurations scored in parallel (2)")
-      ("seed", po::value(&bo.seed), "few-shot examples, random selection and the needles' digits (1)")
+      ("seed", UnsignedValue("--seed", &bo.seed), "few-shot examples, random selection and the needles' digits (1)")
       ("bits", po::value(&bits_arg), "decode: KIVI bit widths (1,2)")
       ("ks", po::value(&ks_arg), "decode: SpeCache top-k values (16,32,64,128)")
       ("group", po::value(&deo.group), "decode: KIVI group size g (32)")

@@ -61,6 +61,10 @@ std::vector<std::int64_t> ParseTokenList(const std::string& text) {
     try {
       long long v = ParseInt(item);
       if (v < 1) throw std::invalid_argument("must be >= 1");
+      // A repeat printed the same row twice; every other list flag calls it an error.
+      if (std::find(out.begin(), out.end(), v) != out.end()) {
+        throw std::invalid_argument("listed twice");
+      }
       out.push_back(v);
     } catch (const std::invalid_argument& e) {
       throw InputError("--tokens: '" + item + "': " + e.what() +

@@ -81,7 +81,7 @@ int RunTraceRecord(const Args& args) {
       ("docs", po::value(&rag.docs_per_prompt), "rag: documents per prefix (3)")
       ("doc-tokens", po::value(&rag.doc_tokens), "rag: tokens per document, about (160)")
       ("max-prefix-tokens", po::value(&max_prefix), "prefix cap in tokens (2048)")
-      ("seed", po::value(&seed), "prompts, arrivals and interleaving (1)")
+      ("seed", UnsignedValue("--seed", &seed), "prompts, arrivals and interleaving (1)")
       ("rate", po::value(&ro.rate), "Poisson arrival rate, requests/s (1)")
       ("bits", po::value(&ro.bits), "importance quantization, 8 or 16 (16)")
       ("decode-steps", po::value(&ro.decode_steps), "greedy decode steps with top-k positions (0)")

@@ -2,6 +2,7 @@
 
 #include <boost/program_options.hpp>
 #include <cmath>
+#include <type_traits>
 #include <functional>
 #include <memory>
 #include <cstdio>
@@ -47,6 +48,23 @@ std::vector<double> ParseList(const std::string& key, const std::string& text) {
   return out;
 }
 
+// A flag's list with every value once: `--retentions 0.1,0.10` or `--chunk-sizes 64,64` printed
+// the same row twice (and `trace fit` measured it twice), where every other list flag of kvtier
+// (eval's, --systems, sweep's --set) calls a repeat an error.
+template <typename T>
+std::vector<T> Distinct(const std::string& key, std::vector<T> values) {
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (values[j] == values[i]) {
+        std::ostringstream v;
+        v << values[i];
+        throw InputError("--" + key + ": " + v.str() + " listed twice");
+      }
+    }
+  }
+  return values;
+}
+
 // A comma list of whole numbers >= 1 (empty allowed when allow_empty).
 std::vector<int> ParseWholeList(const std::string& key, const std::string& text, bool allow_empty) {
   std::vector<int> out;
@@ -57,7 +75,7 @@ std::vector<int> ParseWholeList(const std::string& key, const std::string& text,
     }
     out.push_back(static_cast<int>(v));
   }
-  return out;
+  return Distinct(key, std::move(out));
 }
 
 // One option, available as --name on the command line and as `name` in [section] of an INI.
@@ -68,8 +86,19 @@ struct Options {
 
   template <typename T>
   void Add(const char* section, const char* name, T* var, const char* help) {
-    cmd.add_options()(name, po::value<T>(var), help);
-    if (section) ini.add_options()((std::string(section) + "." + name).c_str(), po::value<T>(var), help);
+    cmd.add_options()(name, Value("--" + std::string(name), var), help);
+    if (section) {
+      const std::string key = std::string(section) + "." + name;
+      ini.add_options()(key.c_str(), Value(key, var), help);
+    }
+  }
+  template <typename T>
+  static po::value_semantic* Value(const std::string& name, T* var) {
+    if constexpr (std::is_same_v<T, std::uint64_t>) {
+      return UnsignedValue(name, var);  // "-1" is not 2^64 - 1 (cli/command_line.h)
+    } else {
+      return po::value<T>(var);
+    }
   }
   void Flag(const char* name, bool* var, const char* help) {
     cmd.add_options()(name, po::bool_switch(var), help);
@@ -100,6 +129,8 @@ bool Parse(Options* o, const Args& args, const char* command, const char* usage,
         po::notify(ini_vm);
       } catch (const po::error& e) {
         throw InputError(path + ": " + ErrorText(e));
+      } catch (const InputError& e) {  // a value an option's own check refused (Value)
+        throw InputError(path + ": " + e.what());
       }
     }
     po::notify(vm);
@@ -126,6 +157,12 @@ void CheckModel(ModelDescriptor* m, bool kv_given) {
   if (m->heads < 1 || m->heads > 4096) throw InputError("--model-heads: must be in [1, 4096]");
   if (!kv_given) m->kv_heads = m->heads;
   if (m->kv_heads < 1 || m->kv_heads > m->heads) throw InputError("--model-kv-heads: must be in [1, heads]");
+  // Grouped-query attention shares each KV head among heads / kv_heads query heads: 3 heads
+  // over 2 KV heads wrote a trace no model can replay (BuildOptions rejects the same model).
+  if (m->heads % m->kv_heads != 0) {
+    throw InputError("--model-kv-heads: " + std::to_string(m->kv_heads) + " does not divide --model-heads " +
+                     std::to_string(m->heads) + " (each KV head serves heads / kv_heads query heads)");
+  }
 }
 
 struct TargetFlags {
@@ -188,6 +225,7 @@ void CheckStructureOptions(StructureStatsOptions* s, const std::string& chunks) 
     if (!(c >= 1 && c <= 1 << 20) || c != std::floor(c)) throw InputError("--chunk-sizes: whole numbers in [1, 2^20]");
     s->chunk_sizes.push_back(int(c));
   }
+  s->chunk_sizes = Distinct("chunk-sizes", std::move(s->chunk_sizes));
 }
 
 int RunGen(const Args& args) {
@@ -425,12 +463,12 @@ int RunStats(const Args& args) {
   opt.decode.lags = ParseWholeList("decode-lags", decode_lags, /*allow_empty=*/false);
   if (opt.decode.max_records < 0) throw InputError("--decode-records: must be >= 0");
   if (trace.empty()) throw InputError("a trace file is required");
-  opt.importance.retentions = ParseList("retentions", retentions);
+  opt.importance.retentions = Distinct("retentions", ParseList("retentions", retentions));
   for (double r : opt.importance.retentions) {
     if (!(r > 0 && r <= 1)) throw InputError("--retentions: values must be in (0, 1]");
   }
   if (opt.importance_requests < 0 || opt.importance.max_heads < 1 || opt.importance.max_groups < 0) {
-    throw InputError("--importance-requests, --max-heads, --max-groups: must be positive");
+    throw InputError("--importance-requests and --max-groups must be >= 0, --max-heads >= 1");
   }
   opt.none_model = NoneModel(icfg, trace);
   const TraceStats st = ComputeTraceStats(trace, opt);
@@ -522,6 +560,7 @@ int RunInfo(const Args& args) {
   o.positional.add("trace", 1);
   if (!Parse(&o, args, "trace info", "usage: kvtier trace info T [--records N]", false)) return 0;
   if (trace.empty()) throw InputError("a trace file is required");
+  if (show < 0) throw InputError("--records: must be >= 0 (records to print)");
   TraceReader r(trace);
   const TraceHeader& h = r.header();
   std::printf("format v%u, producer '%s'\nmodel %s: %d layers, %d heads, %d kv heads\nchunk tokens %d\n",

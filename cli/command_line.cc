@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 
 #include "core/errors.h"
@@ -114,6 +116,19 @@ void NotifyArgs(const std::string& command, po::variables_map* vm) {
     throw InputError(std::string("command line: ") + ErrorText(e) + " (kvtier " + command +
                      " --help)");
   }
+}
+
+po::value_semantic* UnsignedValue(const std::string& name, std::uint64_t* var) {
+  return po::value<std::string>()->notifier([name, var](const std::string& text) {
+    std::uint64_t v = 0;
+    const char* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+    if (text.empty() || ptr != end || ec != std::errc()) {
+      throw InputError(name + ": '" + text + "' is not a whole number in [0, " +
+                       std::to_string(std::numeric_limits<std::uint64_t>::max()) + "]");
+    }
+    *var = v;
+  });
 }
 
 void CheckOutputFile(const std::string& path, const char* flag) {

@@ -13,6 +13,7 @@
 // call StoreArgs and NotifyArgs directly. Not thread-safe (boost's parser is not).
 
 #include <boost/program_options.hpp>
+#include <cstdint>
 #include <string>
 
 #include "cli/commands.h"
@@ -43,6 +44,12 @@ void NotifyArgs(const std::string& command, boost::program_options::variables_ma
 // is left, so `kvtier trace gen --requests %value%` grew its message forever; such a message is
 // built from the same template with each placeholder replaced once.
 std::string ErrorText(const boost::program_options::error& e);
+
+// An option holding a whole number >= 0 (a seed). Boost's own reading of std::uint64_t takes
+// "-1" as 2^64 - 1: `--seed -1` ran with seed 18446744073709551615 without a word. This one
+// takes digits only, and its notifier throws InputError("NAME: 'TEXT' is not a whole number in
+// [0, 2^64 - 1]"); `name` is how the message names the option ("--seed", "workload.seed").
+boost::program_options::value_semantic* UnsignedValue(const std::string& name, std::uint64_t* var);
 
 // Checks, before a long measurement or fit, that the file `path` given to `flag` can be
 // written when the work is done: not empty, not a directory, and its nearest existing

@@ -127,15 +127,19 @@ void ValidateWorkload(const WorkloadParams& w) {
   if (w.vocab < 2) bad("vocab: must be >= 2");
   if (w.tasks < 1 || w.prompts < 1) bad("tasks, prompts: must be >= 1");
   if (w.examples_min < 0 || w.examples_max < w.examples_min) bad("examples_min/max: need 0 <= min <= max");
-  if (!(w.example_tokens > 0) || !(w.example_tokens_sd >= 0)) bad("example_tokens: must be > 0");
+  if (!(w.example_tokens > 0)) bad("example_tokens: must be > 0");
+  if (!(w.example_tokens_sd >= 0)) bad("example_tokens_sd: must be >= 0");
   if (w.header_tokens < 0) bad("header_tokens: must be >= 0");
   if (!(w.popularity_sd > 0)) bad("popularity_sd: must be > 0");
   if (w.max_prefix_tokens < 1) bad("max_prefix_tokens: must be >= 1");
   if (w.docs < 1 || w.docs_per_request < 1 || w.docs_per_request > w.docs) bad("docs, docs_per_request: need 1 <= docs_per_request <= docs");
-  if (!(w.doc_tokens > 0) || !(w.doc_tokens_sd >= 0)) bad("doc_tokens: must be > 0");
+  if (!(w.doc_tokens > 0)) bad("doc_tokens: must be > 0");
+  if (!(w.doc_tokens_sd >= 0)) bad("doc_tokens_sd: must be >= 0");
   if (!(w.zipf >= 0)) bad("zipf: must be >= 0");
-  if (!(w.query_tokens > 0) || !(w.query_tokens_sd >= 0)) bad("query_tokens: must be > 0");
-  if (!(w.output_tokens > 0) || !(w.output_tokens_sd >= 0)) bad("output_tokens: must be > 0");
+  if (!(w.query_tokens > 0)) bad("query_tokens: must be > 0");
+  if (!(w.query_tokens_sd >= 0)) bad("query_tokens_sd: must be >= 0");
+  if (!(w.output_tokens > 0)) bad("output_tokens: must be > 0");
+  if (!(w.output_tokens_sd >= 0)) bad("output_tokens_sd: must be >= 0");
   // Upper bounds: what a trace can hold and this generator can keep in memory. Beyond them a
   // typo ran for ever or was silently wrong: example_tokens = 1e15 allocated 8.7 GB before the
   // prefix cap applied, 1e300 rounded to 16-token examples, docs = 2e9 took 16 GB and zipf = 1e300

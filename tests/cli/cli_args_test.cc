@@ -181,4 +181,35 @@ TEST_F(CliArgsTest, AFitOrProfileOntoADirectoryExitsTwoBeforeAnyWork) {
   EXPECT_NE(r.err.find("--out is a directory"), std::string::npos) << r.err;
 }
 
+// Regression (probing, 2026-12-01, second sitting): the list flags of `trace stats`, `trace fit`
+// and `model` printed (or measured) a repeated value twice, where every other list flag calls
+// a repeat an error; `trace info --records -1` printed nothing and exited 0; a negative seed, a
+// KV-head count that does not divide the heads and a negative standard deviation were taken (or
+// named the wrong key). Each now exits 2 naming the flag, before any trace is read or written.
+TEST_F(CliArgsTest, AListFlagRepeatingAValueANegativeSeedOrCountExitsTwo) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"trace stats no-such.kvt --retentions 0.1,0.25,0.10", "--retentions: 0.1 listed twice"},
+      {"trace stats no-such.kvt --chunk-sizes 64,32,64", "--chunk-sizes: 64 listed twice"},
+      {"trace stats no-such.kvt --decode-lags 1,2,2", "--decode-lags: 2 listed twice"},
+      {"trace fit no-such.kvt --decode --decode-ks 8,8", "--decode-ks: 8 listed twice"},
+      {"model opt-13b --tokens 128,1024,128", "--tokens: '128': listed twice"},
+      {"trace info no-such.kvt --records -1", "--records: must be >= 0"},
+      // Boost read "-1" into a seed as 2^64 - 1 and the trace said seed = 18446744073709551615.
+      {"trace gen --requests 2 -o t.kvt --seed -1", "--seed: '-1' is not a whole number"},
+      {"trace gen --requests 2 -o t.kvt --importance_seed -3", "--importance_seed: '-3'"},
+      {"trace record --seed -1 --out t.kvt", "--seed: '-1' is not a whole number"},
+      {"eval --seed -1 --tasks copa", "--seed: '-1' is not a whole number"},
+      // 3 query heads over 2 KV heads: a trace for a model no configuration accepts.
+      {"trace gen --requests 2 -o t.kvt --model-heads 3 --model-kv-heads 2",
+       "--model-kv-heads: 2 does not divide --model-heads 3"},
+      // The standard deviation's error named its mean.
+      {"trace gen --requests 2 -o t.kvt --example_tokens_sd -1", "example_tokens_sd: must be >= 0"},
+  };
+  for (const auto& [args, message] : cases) {
+    Result r = Run(args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << ": " << r.err;
+  }
+}
+
 }  // namespace
