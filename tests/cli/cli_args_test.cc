@@ -199,6 +199,9 @@ TEST_F(CliArgsTest, AListFlagRepeatingAValueANegativeSeedOrCountExitsTwo) {
       {"trace gen --requests 2 -o t.kvt --importance_seed -3", "--importance_seed: '-3'"},
       {"trace record --seed -1 --out t.kvt", "--seed: '-1' is not a whole number"},
       {"eval --seed -1 --tasks copa", "--seed: '-1' is not a whole number"},
+      // Both were found only after the whole recording (the first as a malformed output record).
+      {"trace record --out t.kvt --output-tokens -1", "--output-tokens: must be >= 0"},
+      {"trace record --out t.kvt --model-name ''", "--model-name: empty"},
       // 3 query heads over 2 KV heads: a trace for a model no configuration accepts.
       {"trace gen --requests 2 -o t.kvt --model-heads 3 --model-kv-heads 2",
        "--model-kv-heads: 2 does not divide --model-heads 3"},
