@@ -155,6 +155,12 @@ int RunCalibrate(const Args& args) {
   CheckOutputFile(out, "--out");
   fs::path out_path(out);
   if (o.dir.empty()) {
+    // `--out /dev/null` (to see the numbers only) measured /dev, a RAM file system, as the SSD.
+    std::error_code ec;
+    if (fs::exists(out_path, ec) && !fs::is_regular_file(out_path, ec)) {
+      throw InputError(out + ": --out is not a regular file, so its directory is not the disk "
+                       "to measure: give --dir DIR, a directory on that disk");
+    }
     o.dir = (out_path.has_parent_path() ? out_path.parent_path() : fs::path(".")).string();
   }
   if (o.name.empty()) o.name = out_path.stem().string();

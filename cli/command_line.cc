@@ -1,5 +1,6 @@
 #include "cli/command_line.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -145,10 +146,28 @@ void CheckOutputFile(const std::string& path, const char* flag) {
     while (!probe.empty() && !fs::exists(probe, ec)) probe = probe.parent_path();
     if (probe.empty()) probe = ".";
   }
-  if (::access(probe.c_str(), W_OK) != 0) {
-    throw InputError(path + ": " + flag + " cannot be written (" + probe.string() + ": " +
-                     std::strerror(errno) + ")");
+  const auto fail = [&](const std::string& where, int err) {
+    throw InputError(path + ": " + flag + " cannot be written (" + where + ": " +
+                     std::strerror(err) + ")");
+  };
+  if (::access(probe.c_str(), W_OK) != 0) fail(probe.string(), errno);
+  // access(2) answers yes to root for any writable-looking place: as root (CI, containers) a
+  // path under /proc, or under a regular file, passed and failed after the work. So try what
+  // the command will do: open the file for writing (without truncating it), or create and at
+  // once remove a file beside where it will go.
+  if (probe == p) {
+    if (fs::is_regular_file(p, ec)) {
+      const int fd = ::open(p.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+      if (fd < 0) fail(p.string(), errno);
+      ::close(fd);
+    }
+    return;
   }
+  const fs::path trial = probe / (".kvtier-write-check-" + std::to_string(::getpid()));
+  const int fd = ::open(trial.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) fail(probe.string(), errno);
+  ::close(fd);
+  ::unlink(trial.c_str());
 }
 
 }  // namespace kvtier::cli

@@ -53,7 +53,9 @@ boost::program_options::value_semantic* UnsignedValue(const std::string& name, s
 
 // Checks, before a long measurement or fit, that the file `path` given to `flag` can be
 // written when the work is done: not empty, not a directory, and its nearest existing
-// directory (or the file itself) writable. Creates nothing. Throws InputError naming both.
+// directory (or the file itself) writable -- tried, not asked of access(2), which says yes to
+// root everywhere: the file is opened for writing (not truncated), or a file is created and at
+// once removed in that directory. Leaves nothing behind. Throws InputError naming both.
 void CheckOutputFile(const std::string& path, const char* flag);
 
 // Rethrows boost's `e` as InputError("command line: <what> (...)"): for an unknown option the

@@ -265,6 +265,14 @@ Status Calibrate(const CalibrateOptions& options, CalibrateResult* out) {
   {
     ChunkStoreOptions so;
     so.dir = options.dir + "/kvtier_calibrate_store";
+    // Removed however this block ends (an error returned from it left the store behind).
+    struct RemoveOnExit {
+      std::string dir;
+      ~RemoveOnExit() {
+        std::error_code ec;
+        std::filesystem::remove_all(dir, ec);
+      }
+    } remove_store{so.dir};
     so.capacity_bytes = q ? (64ull << 20) : (256ull << 20);
     so.allow_buffered = options.allow_buffered;
     so.sync = false;
@@ -286,12 +294,16 @@ Status Calibrate(const CalibrateOptions& options, CalibrateResult* out) {
     }
     r.ssd_write_bw = double(n) * double(options.block) / Seconds(t0, MonotonicNowNs());
     store.reset();
-    std::filesystem::remove_all(so.dir);
   }
+  // The read file is written and read through one descriptor and unlinked as soon as it is
+  // open, so no ending -- an error, a signal, SIGKILL -- leaves it behind (a killed calibrate
+  // left its 64-512 MiB kvtier_calibrate.dat in the measured directory).
+  const int data_flags = O_CREAT | O_TRUNC | O_RDWR | (r.direct_io ? O_DIRECT : 0);
+  UniqueFd data_fd(::open(path.c_str(), data_flags, 0600));
+  if (!data_fd.valid()) return Status::IoError(path + ": open: " + ErrnoText(errno));
+  ::unlink(path.c_str());
   {
-    int flags = O_CREAT | O_TRUNC | O_WRONLY | (r.direct_io ? O_DIRECT : 0);
-    UniqueFd fd(::open(path.c_str(), flags, 0644));
-    if (!fd.valid()) return Status::IoError(path + ": open: " + ErrnoText(errno));
+    const UniqueFd& fd = data_fd;
     const std::uint64_t wblock = 1 << 20;
     AlignedBuffer buf = AllocateAligned(wblock, 4096);
     std::mt19937_64 rng(7);
@@ -313,8 +325,7 @@ Status Calibrate(const CalibrateOptions& options, CalibrateResult* out) {
   {
     Progress(options, "ssd: random " + SizeName(double(block)) + " reads at QD " +
                           std::to_string(options.queue_depth) + " and QD 1");
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | (r.direct_io ? O_DIRECT : 0)));
-    if (!fd.valid()) return Status::IoError(path + ": open: " + ErrnoText(errno));
+    const UniqueFd& fd = data_fd;
     const int reps = 3;
     const int n_qd = int(std::min<std::uint64_t>(q ? 1500 : 6000, 4 * file_bytes / block));
     const int n_1 = q ? 150 : 600;
@@ -376,8 +387,7 @@ Status Calibrate(const CalibrateOptions& options, CalibrateResult* out) {
     }
     KVTIER_RETURN_IF_ERROR(check("4 KiB reads", 1, single, page));
   }
-  std::error_code ec;
-  std::filesystem::remove(path, ec);
+  data_fd = UniqueFd();
 
   // --- Memory: a host arena and the host backend's "device" arena (DeviceArena::CreateOnHost,
   // what host_backend.cc allocates), cold block copies between them.

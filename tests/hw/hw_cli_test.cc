@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "core/config.h"
 #include "core/options.h"
@@ -185,6 +187,49 @@ TEST(KvtierCalibrate, AnEmptyOrDirectoryOutExitsTwoBeforeMeasuring) {
   EXPECT_NE(out.find("--out is a directory"), std::string::npos) << out;
   EXPECT_EQ(out.find("measuring"), std::string::npos) << out;
   EXPECT_TRUE(std::filesystem::is_empty(d));
+  std::filesystem::remove_all(d);
+}
+
+// Regression (probing, 2026-12-01, second sitting): as root, access(2) said yes to `--out
+// /proc/x.ini` and to a path under a regular file, so calibrate measured for a minute and then
+// failed to write; `--out /dev/null` measured /dev (a RAM file system) as the SSD. Now each
+// exits 2 before measuring.
+TEST(KvtierCalibrate, AnOutUnderProcOrAFileOrNotARegularFileExitsTwoBeforeMeasuring) {
+  for (const std::string& path : {std::string("/proc/kvtier-profile.ini"),
+                                  std::string("/etc/hostname/kvtier-profile.ini")}) {
+    std::string out;
+    EXPECT_EQ(RunCmd(Kvtier() + " calibrate --quick --out " + path, &out), 2) << out;
+    EXPECT_NE(out.find(path + ": --out cannot be written ("), std::string::npos) << out;
+    EXPECT_EQ(out.find("measuring"), std::string::npos) << out;
+  }
+  std::string out;
+  EXPECT_EQ(RunCmd(Kvtier() + " calibrate --quick --out /dev/null", &out), 2) << out;
+  EXPECT_NE(out.find("--out is not a regular file"), std::string::npos) << out;
+  EXPECT_EQ(out.find("measuring"), std::string::npos) << out;
+}
+
+// Regression (probing, 2026-12-01, second sitting): a calibration killed while it read its
+// scratch file left that file (kvtier_calibrate.dat, 64 MiB quick, 512 MiB otherwise) in the
+// measured directory. The file is unlinked as soon as it is open: SIGKILL leaves nothing.
+TEST(KvtierCalibrate, AKilledCalibrationLeavesNoScratchFile) {
+  const std::string d = ::testing::TempDir() + "/calib_kill_" + std::to_string(::getpid());
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d + "/m");
+  const std::string log = d + "/log";
+  std::string out;
+  // Killed once it reports the random reads, which read the scratch file.
+  ASSERT_EQ(RunCmd("(" + Kvtier() + " calibrate --quick --out " + d + "/m/p.ini > " + log +
+                       " 2>&1 & pid=$!; for i in $(seq 600); do grep -q 'ssd: random' " + log +
+                       " && break; sleep 0.05; done; kill -9 $pid; wait $pid; "
+                       "grep -q 'ssd: random' " + log + ")",
+                   &out),
+            0)
+      << out;
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(d + "/m")) {
+    left.push_back(e.path().filename().string());
+  }
+  EXPECT_TRUE(left.empty()) << "left behind: " << (left.empty() ? "" : left.front());
   std::filesystem::remove_all(d);
 }
 
