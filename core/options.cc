@@ -39,6 +39,22 @@ double PerSecond(const Config& c, const char* key, double v) {
   return v;
 }
 
+// A device's or driver's time per operation (a latency, an overhead, a cost): at most an hour.
+// ssd.latency = 1e300 s passed `config --check` and the simulator printed TTFTs that were
+// simply wrong (its clock stops resolving microseconds past ~1e10 s: sim/sim_executor.h
+// kMaxSimulatedSeconds); no device takes an hour per operation.
+constexpr Seconds kMaxOpSeconds = 3600;
+
+Seconds OpSeconds(const Config& c, const char* key, Seconds v) {
+  if (!(v >= 0 && v <= kMaxOpSeconds)) {
+    std::ostringstream got;
+    got << v;
+    throw ConfigError(c.Where(key) + ": must be in [0 s, 1 h] (a time per operation), got " +
+                      got.str() + " s");
+  }
+  return v;
+}
+
 long long NonNegativeInt(const Config& c, const char* key) {
   const long long v = c.GetInt(key);
   if (v < 0) throw ConfigError(c.Where(key) + ": must be >= 0, got " + std::to_string(v));
@@ -103,7 +119,7 @@ HardwareOptions BuildHardwareOptions(const Config& c) {
   h.name = c.GetString("hardware.name");
   h.ssd_read_bw = PerSecond(c, "ssd.read_bw", c.GetBandwidth("ssd.read_bw"));
   h.ssd_write_bw = PerSecond(c, "ssd.write_bw", c.GetBandwidth("ssd.write_bw"));
-  h.ssd_latency = c.GetDuration("ssd.latency");
+  h.ssd_latency = OpSeconds(c, "ssd.latency", c.GetDuration("ssd.latency"));
   h.ssd_queue_depth = PositiveInt(c, "ssd.queue_depth");
   h.ssd_background_share = c.GetDouble("ssd.background_share");
   if (!(h.ssd_background_share > 0 && h.ssd_background_share <= 1)) {
@@ -117,17 +133,17 @@ HardwareOptions BuildHardwareOptions(const Config& c) {
   }
   h.cpu_memcpy_bw = PerSecond(c, "cpu.memcpy_bw", c.GetBandwidth("cpu.memcpy_bw"));
   h.cpu_gather_bw = PerSecond(c, "cpu.gather_bw", c.GetBandwidth("cpu.gather_bw"));
-  h.cpu_op_overhead = c.GetDuration("cpu.op_overhead");
-  h.cpu_driver_op_cost = c.GetDuration("cpu.driver_op_cost");
-  h.cpu_driver_wake = c.GetDuration("cpu.driver_wake");
+  h.cpu_op_overhead = OpSeconds(c, "cpu.op_overhead", c.GetDuration("cpu.op_overhead"));
+  h.cpu_driver_op_cost = OpSeconds(c, "cpu.driver_op_cost", c.GetDuration("cpu.driver_op_cost"));
+  h.cpu_driver_wake = OpSeconds(c, "cpu.driver_wake", c.GetDuration("cpu.driver_wake"));
   h.cpu_shared_copy_bw = c.GetBandwidth("cpu.shared_copy_bw");  // finite, >= 0 (the parser)
   if (h.cpu_shared_copy_bw != 0) PerSecond(c, "cpu.shared_copy_bw", h.cpu_shared_copy_bw);
   h.pcie_h2d_bw = PerSecond(c, "pcie.h2d_bw", c.GetBandwidth("pcie.h2d_bw"));
   h.pcie_d2h_bw = PerSecond(c, "pcie.d2h_bw", c.GetBandwidth("pcie.d2h_bw"));
-  h.pcie_latency = c.GetDuration("pcie.latency");
-  h.pcie_batch_latency = c.GetDuration("pcie.batch_latency");
-  h.pcie_descriptor_cost = c.GetDuration("pcie.descriptor_cost");
-  h.cpu_gather_run_cost = c.GetDuration("cpu.gather_run_cost");
+  h.pcie_latency = OpSeconds(c, "pcie.latency", c.GetDuration("pcie.latency"));
+  h.pcie_batch_latency = OpSeconds(c, "pcie.batch_latency", c.GetDuration("pcie.batch_latency"));
+  h.pcie_descriptor_cost = OpSeconds(c, "pcie.descriptor_cost", c.GetDuration("pcie.descriptor_cost"));
+  h.cpu_gather_run_cost = OpSeconds(c, "cpu.gather_run_cost", c.GetDuration("cpu.gather_run_cost"));
   h.gpu_gather_bw = PerSecond(c, "gpu.gather_bw", c.GetBandwidth("gpu.gather_bw"));
   h.gpu_gather_sm_share = c.GetDouble("gpu.gather_sm_share");
   if (!(h.gpu_gather_sm_share >= 0 && h.gpu_gather_sm_share < 1)) {
@@ -139,8 +155,14 @@ HardwareOptions BuildHardwareOptions(const Config& c) {
   if (!(h.gpu_efficiency > 0 && h.gpu_efficiency <= 1)) {
     throw ConfigError(c.Where("gpu.efficiency") + ": must be in (0, 1]");
   }
+  // The achieved rate is what the cost model divides by (gpu.efficiency = 1e-300 printed TTFTs
+  // of 1e30 ms): at least 1 FLOP/s, as gpu.flops itself.
+  if (!(h.gpu_flops * h.gpu_efficiency >= 1)) {
+    throw ConfigError(c.Where("gpu.efficiency", "gpu.flops") +
+                      ": gpu.flops x gpu.efficiency must be at least 1 FLOP/s");
+  }
   h.gpu_mem_bw = PerSecond(c, "gpu.mem_bw", c.GetBandwidth("gpu.mem_bw"));
-  h.gpu_kernel_overhead = c.GetDuration("gpu.kernel_overhead");
+  h.gpu_kernel_overhead = OpSeconds(c, "gpu.kernel_overhead", c.GetDuration("gpu.kernel_overhead"));
   h.gpu_concurrent_prefills = PositiveInt(c, "gpu.concurrent_prefills");
   // Each concurrent prefill is an in-flight request holding a pin slot of the caches.
   if (h.gpu_concurrent_prefills > TieredCache::kMaxHolders) {
@@ -276,6 +298,9 @@ std::optional<Seconds> PerSystemDuration(const Config& c, const char* key,
       v = ParseDuration(entry.substr(eq + 1));
     } catch (const std::invalid_argument& err) {
       throw ConfigError(c.Where(key) + ": " + name + ": " + err.what());
+    }
+    if (!(v <= kMaxOpSeconds)) {
+      throw ConfigError(c.Where(key) + ": " + name + ": must be at most 1 h (a time per operation)");
     }
     if (name == system) found = v;
   }

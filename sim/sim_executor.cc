@@ -7,6 +7,7 @@
 #include <cmath>
 #include <exception>
 #include <cstdint>
+#include <cstdio>
 #include <deque>
 #include <optional>
 #include <set>
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/errors.h"
 #include "core/op_graph.h"
 #include "models/layer_table.h"
 
@@ -759,6 +761,17 @@ OpTimes SimExecutor::Retire(OpId op) {
   t.submit_s = o.submit_s;
   t.start_s = o.start_s;
   t.end_s = o.end_s;
+  // Past ~1e10 s SimGrid's clock no longer resolves an operation of microseconds (its
+  // tolerance is 1e-5 s): TTFT stopped growing with ssd.latency past 1e8 s per read, and
+  // gpu.efficiency = 1e-300 printed TTFTs of 1e30 ms, exit 0. Every real run is far below.
+  if (!(t.end_s <= kMaxSimulatedSeconds)) {
+    char when[64];
+    std::snprintf(when, sizeof when, "%.3g", t.end_s);
+    throw ConfigError(std::string("the simulated clock reached ") + when +
+                      " s, past the 1e9 s (31.7 years) the simulator resolves: the hardware "
+                      "profile's device times are unphysical (a duration, bandwidth or "
+                      "gpu.flops x gpu.efficiency far from any device)");
+  }
   impl_->graph.Retire(op);  // checks that it is done; every status is OK
   return t;
 }

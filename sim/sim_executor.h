@@ -76,6 +76,12 @@
 
 namespace kvtier::sim {
 
+// The latest simulated time an operation may end at: Retire throws ConfigError past it. At
+// 1e9 s (31.7 years) a double still resolves ~1e-7 s, inside SimGrid's 1e-5 s tolerance; past
+// ~1e10 s simulated times stop being right (an SSD read latency of 1e9 s gave TTFTs 6% short,
+// 1e12 s the same TTFTs as 1e9 s).
+inline constexpr double kMaxSimulatedSeconds = 1e9;
+
 class SimExecutor : public Executor {
  public:
   // Creates the SimGrid engine and platform. REQUIRES: no other SimExecutor in this process.

@@ -321,6 +321,22 @@ TEST_F(SimCliTest, StoringMoreThanTheSsdCapacityWarnsAndRecordsTheStoredBytes) {
   EXPECT_EQ(r.err.find("ssd.capacity"), std::string::npos) << r.err;
 }
 
+// Regression (probing, 2026-12-01, second sitting): simulated times past ~1e10 s are wrong
+// (SimGrid's clock no longer resolves microsecond operations there), and were printed as
+// results with exit 0. A run whose clock passes 1e9 s (kMaxSimulatedSeconds) now stops with
+// exit 2 and stays incomplete: here a GPU of 2 FLOP/s, which every per-key bound allows.
+TEST_F(SimCliTest, ASimulatedClockPastABillionSecondsIsAnErrorNotAResult) {
+  const std::string e = Experiment(Trace(4));
+  const fs::path db = dir_ / "slow.sqlite";
+  Result r = Run("sim --config " + e + " --systems as --gpu.flops=2 --gpu.efficiency=1 "
+                 "--out " + db.string());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("error: the simulated clock reached "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("past the 1e9 s (31.7 years) the simulator resolves"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM runs WHERE complete = 1"), "0");
+}
+
 // Regression: `--set workload.trace=a,b` was accepted but every point ran the INI's trace.
 TEST_F(SimCliTest, SweepCanVaryTheTrace) {
   const std::string a = Trace(4);

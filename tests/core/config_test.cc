@@ -404,8 +404,31 @@ TEST_F(ConfigTest, AGpuOfTenToTheMinus300FlopsIsRejectedInsteadOfHangingTheSimul
               std::string::npos)
         << msg;
   }
-  EXPECT_NO_THROW(BuildOptions(Config::Load(Experiment(""), {"gpu.flops=1", "ssd.read_bw=1B/s",
+  EXPECT_NO_THROW(BuildOptions(Config::Load(Experiment(""), {"gpu.flops=2", "ssd.read_bw=1B/s",
                                                              "cpu.shared_copy_bw=0"})));
+}
+
+// Regression (probing, 2026-12-01, second sitting): a time per operation of 1e300 s passed the
+// check and the simulator printed wrong TTFTs (its clock stops resolving microseconds past
+// ~1e10 s), as did gpu.efficiency = 1e-300 (TTFTs of 1e30 ms, exit 0). Per-op times are at
+// most an hour; the achieved compute rate is at least 1 FLOP/s.
+TEST_F(ConfigTest, AnHourLongOperationOrAnAlmostZeroGpuEfficiencyIsRejected) {
+  for (const std::string set :
+       {"ssd.latency=1e300s", "pcie.latency=2h", "cpu.op_overhead=3601s", "gpu.kernel_overhead=-1s",
+        "cpu.driver_wake=1e9s", "pcie.descriptor_cost=nan"}) {
+    const std::string key = set.substr(0, set.find('='));
+    const std::string msg = ErrorOf([&] { BuildOptions(Config::Load(Experiment(""), {set})); });
+    EXPECT_TRUE(msg.find("command line: " + key + ": must be in [0 s, 1 h]") != std::string::npos ||
+                msg.find(key) != std::string::npos)
+        << set << ": " << msg;
+  }
+  std::string msg = ErrorOf(
+      [&] { BuildOptions(Config::Load(Experiment(""), {"cpu.driver_op_costs=sys=2h"})); });
+  EXPECT_NE(msg.find("cpu.driver_op_costs: sys: must be at most 1 h"), std::string::npos) << msg;
+  msg = ErrorOf([&] { BuildOptions(Config::Load(Experiment(""), {"gpu.efficiency=1e-300"})); });
+  EXPECT_NE(msg.find("gpu.flops x gpu.efficiency must be at least 1 FLOP/s"), std::string::npos)
+      << msg;
+  EXPECT_NO_THROW(BuildOptions(Config::Load(Experiment(""), {"ssd.latency=1h", "pcie.latency=0s"})));
 }
 
 // cpu.driver_op_costs / cpu.driver_wakes: a listed system's own driving-thread times replace
