@@ -252,6 +252,21 @@ SystemOptions BuildSystemOptions(const Config& c, const ModelSpec& model) {
   d.group = PositiveInt(c, "decode.group");
   d.residual = static_cast<int>(NonNegativeInt(c, "decode.residual"));
   d.topk = static_cast<int>(NonNegativeInt(c, "decode.topk"));
+  // What hw's KIVI codes require (models/kivi.cc KiviConfig::Validate): the simulator took
+  // decode.residual = 30 or 0 with group 64, a configuration the hardware path refuses; and
+  // SpeCache with decode.topk = 0 fetched nothing (specache_nospec is the no-prefetch variant).
+  const bool low_bit = d.policy == DecodePolicy::kKivi || d.policy == DecodePolicy::kSpeCache ||
+                       d.policy == DecodePolicy::kSpeCacheNoSpec;
+  if (low_bit && (d.residual < d.group || d.residual % d.group != 0)) {
+    throw ConfigError(c.Where("decode.residual", "decode.group") + ": decode.residual (" +
+                      std::to_string(d.residual) + ") must be a positive multiple of decode.group (" +
+                      std::to_string(d.group) + "): KIVI quantizes keys in whole groups");
+  }
+  if ((d.policy == DecodePolicy::kSpeCache || d.policy == DecodePolicy::kSpeCacheNoSpec) &&
+      d.topk < 1) {
+    throw ConfigError(c.Where("decode.topk") + ": must be >= 1 for decode.policy = " +
+                      c.GetString("decode.policy") + " (the 16-bit pairs it fetches)");
+  }
   d.max_batch = PositiveInt(c, "decode.max_batch");
   d.max_output_tokens = NonNegativeInt(c, "decode.max_output_tokens");
   d.gpu_reserve = c.GetBytes("decode.gpu_reserve");

@@ -431,6 +431,29 @@ TEST_F(ConfigTest, AnHourLongOperationOrAnAlmostZeroGpuEfficiencyIsRejected) {
   EXPECT_NO_THROW(BuildOptions(Config::Load(Experiment(""), {"ssd.latency=1h", "pcie.latency=0s"})));
 }
 
+// Regression (probing, 2026-12-01, second sitting): the simulator took a KIVI residual that is
+// not a whole number of groups (30 or 0 with group 64), which hw's KIVI codes refuse, and
+// SpeCache fetching decode.topk = 0 pairs. Checked where the policy uses them, not otherwise.
+TEST_F(ConfigTest, AKiviResidualOfPartGroupsOrASpeCacheFetchingNothingIsRejected) {
+  for (const char* policy : {"kivi", "specache", "specache_nospec"}) {
+    const std::string p = std::string("decode.policy=") + policy;
+    for (const char* residual : {"decode.residual=30", "decode.residual=0"}) {
+      const std::string msg =
+          ErrorOf([&] { BuildOptions(Config::Load(Experiment(""), {p, residual})); });
+      EXPECT_NE(msg.find("must be a positive multiple of decode.group (64)"), std::string::npos)
+          << policy << " " << residual << ": " << msg;
+    }
+    EXPECT_NO_THROW(BuildOptions(Config::Load(Experiment(""), {p, "decode.residual=128"})));
+  }
+  const std::string msg = ErrorOf([&] {
+    BuildOptions(Config::Load(Experiment(""), {"decode.policy=specache", "decode.topk=0"}));
+  });
+  EXPECT_NE(msg.find("decode.topk: must be >= 1 for decode.policy = specache"), std::string::npos)
+      << msg;
+  EXPECT_NO_THROW(BuildOptions(Config::Load(
+      Experiment(""), {"decode.policy=full_gpu", "decode.residual=30", "decode.topk=0"})));
+}
+
 // cpu.driver_op_costs / cpu.driver_wakes: a listed system's own driving-thread times replace
 // the pooled ones (kvtier calibrate --driver writes both); others keep the pooled ones; every
 // entry is checked whichever system runs.
