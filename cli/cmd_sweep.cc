@@ -178,6 +178,13 @@ int RunSweep(const Args& args) {
     }
     std::string key = set.substr(0, eq);
     CheckKnownKey(key, "command line: --set");
+    // Each point runs one system of --systems (or experiment.systems) through include.system:
+    // sweeping experiment.systems changed nothing a point ran, and system.name only relabelled
+    // it (`--set system.name=spec,as --systems as` stored as's policies under the name spec).
+    if (key == "experiment.systems" || key == "include.system" || key == "system.name") {
+      throw InputError("command line: --set " + key + ": a point's system comes from --systems "
+                       "(or experiment.systems); give the systems to sweep there");
+    }
     std::vector<std::string> values = SplitList(set.substr(eq + 1));
     if (values.empty()) throw InputError("command line: --set " + key + ": no values");
     // A key swept twice, or a value listed twice, made points that claim one value and ran

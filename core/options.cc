@@ -178,6 +178,18 @@ HardwareOptions BuildHardwareOptions(const Config& c) {
 SystemOptions BuildSystemOptions(const Config& c, const ModelSpec& model) {
   SystemOptions s;
   s.name = c.GetString("system.name");
+  // A run is stored and compared under its system's name: `--systems as --system.name=spec`
+  // stored as's policies as spec's. A variant may take any name but another shipped system's.
+  if (const std::string included = c.Has("include.system") ? c.GetString("include.system") : "";
+      !included.empty() && s.name != included && !c.files().empty()) {
+    const std::vector<std::string> shipped =
+        IncludableNames(FindConfigDir(c.files().front()), "systems");
+    if (std::find(shipped.begin(), shipped.end(), s.name) != shipped.end()) {
+      throw ConfigError(c.Where("system.name", "include.system") + ": '" + s.name +
+                        "' is another shipped system, so its runs would be stored as that "
+                        "system's; name this variant of " + included + " otherwise");
+    }
+  }
   // The policy names are valid choices of their keys (the key table derives them from the
   // registration tables); what is checked here is how they combine.
   s.schedule = c.GetString("schedule.policy");

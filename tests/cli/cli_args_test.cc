@@ -215,4 +215,24 @@ TEST_F(CliArgsTest, AListFlagRepeatingAValueANegativeSeedOrCountExitsTwo) {
   }
 }
 
+// Regression (probing, 2026-12-01, second sitting): runs are stored and compared under their
+// system's name, and `--systems as --system.name=spec` stored as's policies as spec's; `sweep
+// --set system.name=...` did the same per point, and `--set experiment.systems=spec,as` ran
+// the --systems list at every point, labelled with a system it did not run.
+TEST_F(CliArgsTest, NamingAVariantAfterAnotherShippedSystemOrSweepingTheSystemKeysExitsTwo) {
+  const std::string e = Experiment();
+  Result r = Run("config --config " + e + " --systems as --system.name=spec --check");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("'spec' is another shipped system"), std::string::npos) << r.err;
+  r = Run("config --config " + e + " --systems as --system.name=as-bigger-gpu --check");
+  EXPECT_EQ(r.code, 0) << r.err;
+  for (const char* key : {"system.name", "experiment.systems", "include.system"}) {
+    r = Run("sweep --config " + e + " --systems as --out s.sqlite --set " + key + "=spec,as");
+    EXPECT_EQ(r.code, 2) << key << ": " << r.err;
+    EXPECT_NE(r.err.find(std::string("--set ") + key + ": a point's system comes from --systems"),
+              std::string::npos)
+        << r.err;
+  }
+}
+
 }  // namespace
