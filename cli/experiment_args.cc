@@ -153,13 +153,26 @@ bool ExperimentArgs::Parse(const Args& args) {
   po::options_description all;
   all.add(common_).add(own_);
   std::vector<std::string> rest;
+  // Overrides (--section.key=value) are taken before boost sees the line: boost refuses an
+  // empty value after '=' ("should follow immediately after the equal sign"), and
+  // `--hw.store_dir=` is how a key set by the INI is set back to empty.
+  Args own_args;
+  for (const std::string& word : args) {
+    const std::size_t eq = word.find('=');
+    const bool override_word = word.rfind("--", 0) == 0 && word.size() > 2 && word[2] != '-' &&
+                               eq != std::string::npos &&
+                               word.substr(2, eq - 2).find('.') != std::string::npos;
+    (override_word ? rest : own_args).push_back(word);
+  }
   try {
-    po::parsed_options parsed = po::command_line_parser(args)
+    po::parsed_options parsed = po::command_line_parser(own_args)
                                     .options(all)
                                     .style(CommandLineStyle())
                                     .allow_unregistered()
                                     .run();
-    rest = po::collect_unrecognized(parsed.options, po::include_positional);
+    for (std::string& word : po::collect_unrecognized(parsed.options, po::include_positional)) {
+      rest.push_back(std::move(word));
+    }
     po::store(parsed, vm_);
   } catch (const po::error& e) {
     ThrowCommandLineError(name, e, all);

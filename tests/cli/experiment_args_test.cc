@@ -116,6 +116,15 @@ TEST(ExperimentArgsTest, AnOverrideIsExactlyDashDashSectionDotKeyEqualsValue) {
   EXPECT_EQ(ok.config_path(), "x.ini");
   EXPECT_EQ(ok.out(), "r");
   EXPECT_EQ(ok.jobs(), 3);
+  // Regression (probing, 2026-12-01, second sitting): an empty value, which sets a key the INI
+  // set back to empty, was refused by boost ("the argument for option '--hw.store_dir' should
+  // follow immediately after the equal sign").
+  ExperimentArgs empty(Sim());
+  ASSERT_TRUE(empty.Parse({"--config", "x.ini", "--hw.store_dir=", "--out", "r",
+                           "--cpu.driver_op_costs="}));
+  EXPECT_EQ(empty.overrides(),
+            (std::vector<std::string>{"--hw.store_dir=", "--cpu.driver_op_costs="}));
+  EXPECT_EQ(empty.out(), "r");
 }
 
 TEST(ExperimentArgsTest, RequiredFlagsAndJobLimitsAreErrorsNamingTheFlag) {
