@@ -131,6 +131,11 @@ class HwBackend : public ExperimentBackend {
       if (s.code() == Status::Code::kUnavailable || s.code() == Status::Code::kInvalidArgument) {
         throw ConfigError("kvtier hw: " + s.message());
       }
+      // The store's data file is preallocated at open: a capacity the file system cannot hold
+      // (hw.store_capacity = 1e15B) is bad input, found before any run, not an internal error.
+      if (s.code() == Status::Code::kOutOfSpace) {
+        throw ConfigError(config.Where("hw.store_capacity") + ": " + s.message());
+      }
       throw std::runtime_error("kvtier hw: cannot start the hardware executor: " + s.ToString());
     }
     if (xo_.faults) {

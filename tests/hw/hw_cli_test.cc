@@ -233,5 +233,33 @@ TEST(KvtierCalibrate, AKilledCalibrationLeavesNoScratchFile) {
   std::filesystem::remove_all(d);
 }
 
+// Regression (probing, 2026-12-01, second sitting): a staging ring too small for the reads in
+// flight (hw.ring = 200000 B: 8 pieces at QD 32) failed runs with "content check failed", exit 3,
+// though the disk held every byte; a store capacity the file system cannot hold
+// (hw.store_capacity = 1e15B) was "internal error", exit 1. Both are bad input, exit 2, before
+// any run.
+TEST(KvtierHw, ARingTooSmallForTheReadsInFlightOrAStoreLargerThanTheDiskExitsTwo) {
+  testing::ScratchDir dir;
+  const std::string d = dir.path();
+  std::string out;
+  ASSERT_EQ(testing::GenTinySmollmTrace(Kvtier(), d, 4, &out), 0) << out;
+  std::ofstream(d + "/exp.ini")
+      << "[include]\nmodel = smollm2-135m\nhardware = a100-pcie4-nvme\nsystem = as\n"
+         "[workload]\ntrace = t.trace\n[cache]\ngpu_capacity = 4MiB\ncpu_capacity = 16MiB\n"
+         "[hw]\nbackend = host\nmax_memory = 256MiB\nallow_buffered = true\n";
+  const std::string hw = Kvtier() + " hw --config " + d + "/exp.ini --quiet --out " + d;
+  out.clear();
+  EXPECT_EQ(RunCmd(hw + "/a.sqlite --hw.ring=200000B", &out), 2) << out;
+  EXPECT_NE(out.find("hw.ring = 200000 B holds fewer than ssd.queue_depth + 1 = "),
+            std::string::npos)
+      << out;
+  out.clear();
+  EXPECT_EQ(RunCmd(hw + "/b.sqlite --hw.store_capacity=1e15B", &out), 2) << out;
+  EXPECT_NE(out.find("hw.store_capacity: chunk store "), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(d + "/b.sqlite.store-as")) << out;
+  out.clear();
+  EXPECT_EQ(RunCmd(hw + "/c.sqlite --hw.verify=true", &out), 0) << out;
+}
+
 }  // namespace
 }  // namespace kvtier::hw
