@@ -194,7 +194,7 @@ constexpr KeySpec kKeys[] = {
     {"hw.store_sync", K::kBool, "false", nullptr, "fdatasync each chunk put (power-loss safety)"},
     {"hw.keep_store", K::kBool, "false", nullptr, "keep the chunk store directory after the run"},
     {"hw.max_memory", K::kBytes, "1GiB", nullptr, "cap on all host/device arenas (caches beyond it overflow)"},
-    {"hw.ring", K::kBytes, "64MiB", nullptr, "size of each staging, gather and device working ring"},
+    {"hw.ring", K::kBytes, "64MiB", nullptr, "size of each staging, gather and device working ring; at least ssd.queue_depth + 1 chunk pieces (the reads in flight)"},
     {"hw.pace_pcie", K::kBool, "true", nullptr, "host backend: pace copies to pcie.h2d_bw/d2h_bw"},
     {"hw.verify", K::kBool, "false", nullptr, "check every byte of every chunk read"},
     {"hw.driver_nice", K::kInt, "0", nullptr,
