@@ -1122,7 +1122,7 @@ Status HwExecutor::Create(const ModelSpec& model, const HardwareOptions& hardwar
 
   // Memory budget: three rings, then the CPU and GPU cache arenas in proportion.
   Bytes ring = std::min(options.ring_bytes, options.max_memory / 8);
-  ring = RoundUp(std::max(ring, 4 * m.slot_bytes), kChunkAlign);
+  ring = RoundUp(std::max(ring, min_ring), kChunkAlign);  // the cap above must not undo that
   const Bytes rings = 3 * ring;
   if (rings >= options.max_memory) {
     return Status::InvalidArgument("hw.max_memory " + std::to_string(options.max_memory) +
