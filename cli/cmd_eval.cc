@@ -315,6 +315,32 @@ int RunEval(const Args& args) {
                        "' (piqa, copa, rte, openbookqa, texts, greedy, niah, decode)");
     }
   }
+  // A decode flag whose task is not named was ignored without a word (`--tasks copa --bits 3`
+  // scored copa and said nothing of the 3-bit KIVI asked for).
+  {
+    const std::vector<std::string> all_decode = DecodeTaskNames();
+    const std::vector<std::pair<const char*, std::vector<std::string>>> applies = {
+        {"bits", all_decode}, {"ks", all_decode}, {"group", all_decode},
+        {"residual", all_decode}, {"kivi-residual", all_decode}, {"no-nospec", all_decode},
+        {"ablation-k", all_decode}, {"ppl-context", {"texts"}}, {"ppl-tokens", {"texts"}},
+        {"gen-prompt", {"greedy"}}, {"gen-tokens", {"greedy"}}, {"niah-lengths", {"niah"}},
+        {"niah-depths", {"niah"}}, {"niah-answer-tokens", {"niah"}}, {"niah-text", {"niah"}}};
+    for (const auto& [flag, for_tasks] : applies) {
+      const auto given = vm.find(flag);
+      if (given == vm.end() || given->second.defaulted()) continue;
+      bool named = false;
+      for (const std::string& t : for_tasks) {
+        named |= std::find(decode_tasks.begin(), decode_tasks.end(), t) != decode_tasks.end();
+      }
+      if (!named) {
+        std::string list;
+        for (const std::string& t : for_tasks) list += (list.empty() ? "" : ", ") + t;
+        throw InputError(std::string("--") + flag + " applies to the decode task" +
+                         (for_tasks.size() > 1 ? "s " : " ") + list +
+                         ", which --tasks does not name (it would be ignored)");
+      }
+    }
+  }
   if (!decode_tasks.empty()) {
     dto.tasks = decode_tasks;
     dto.seed = bo.seed;
@@ -323,6 +349,7 @@ int RunEval(const Args& args) {
     for (double d : dto.niah_depths) {
       if (d > 1) throw InputError("--niah-depths: bad value " + std::to_string(d) + " (want [0, 1])");
     }
+    CheckDecodeTaskOptions(dto);
     deo.bits = Ints("bits", bits_arg, 1, 2);
     deo.ks = Ints("ks", ks_arg, 1, 1 << 20);
     deo.nospec = !no_nospec;

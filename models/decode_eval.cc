@@ -137,21 +137,31 @@ const std::vector<std::string>& DecodeTaskNames() {
   return kNames;
 }
 
-std::vector<DecodeSample> BuildDecodeSamples(const LlamaModel& model, const std::string& text_dir,
-                                             const DecodeTaskOptions& o) {
-  namespace fs = std::filesystem;
+void CheckDecodeTaskOptions(const DecodeTaskOptions& o) {
   for (const std::string& t : o.tasks) {
     if (std::find(DecodeTaskNames().begin(), DecodeTaskNames().end(), t) == DecodeTaskNames().end()) {
       throw InputError("unknown decode task '" + t + "' (texts, greedy, niah)");
     }
   }
-  if (o.ppl_context < 1 || o.ppl_tokens < 1 || o.gen_prompt < 1 || o.gen_tokens < 1 ||
-      o.niah_answer_tokens < 1) {
-    throw InputError("eval: decode task lengths must be >= 1");
+  for (const auto& [flag, value] :
+       {std::pair<const char*, long long>{"--ppl-context", o.ppl_context},
+        {"--ppl-tokens", o.ppl_tokens}, {"--gen-prompt", o.gen_prompt},
+        {"--gen-tokens", o.gen_tokens}, {"--niah-answer-tokens", o.niah_answer_tokens}}) {
+    if (value < 1) {
+      throw InputError(std::string("eval: ") + flag + " must be >= 1 (a length in tokens), got " +
+                       std::to_string(value));
+    }
   }
   for (double d : o.niah_depths) {
     if (!(d >= 0 && d <= 1)) throw InputError("eval: --niah-depths values must be in [0, 1]");
   }
+}
+
+std::vector<DecodeSample> BuildDecodeSamples(const LlamaModel& model, const std::string& text_dir,
+                                             const DecodeTaskOptions& o) {
+  namespace fs = std::filesystem;
+  CheckDecodeTaskOptions(o);
+
   std::vector<std::string> files;
   std::error_code ec;
   if (fs::is_directory(text_dir, ec)) {

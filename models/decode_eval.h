@@ -39,6 +39,12 @@ namespace kvtier {
 // "texts", "greedy", "niah".
 const std::vector<std::string>& DecodeTaskNames();
 
+// Throws InputError naming the flag when `o` asks for an unknown task, a length below one token
+// or a needle depth outside [0, 1]. BuildDecodeSamples calls it; `kvtier eval` calls it first,
+// before the model loads or the results file is opened.
+struct DecodeTaskOptions;
+void CheckDecodeTaskOptions(const DecodeTaskOptions& o);
+
 // One prompt of a decode task.
 struct DecodeSample {
   std::string task;               // texts | greedy | niah

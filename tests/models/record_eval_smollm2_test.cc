@@ -190,4 +190,21 @@ TEST_F(SmolLm2RecordEvalTest, EvalListsThatAreEmptyOrRepeatAnItemExitTwo) {
   EXPECT_FALSE(std::filesystem::exists(db));
 }
 
+// Regression (probing, 2026-12-01, second sitting): a decode flag whose task --tasks does not
+// name was ignored without a word (`--tasks copa --bits 3` scored copa); a zero decode length
+// was "decode task lengths must be >= 1", naming no flag.
+TEST_F(SmolLm2RecordEvalTest, ADecodeFlagForATaskNotNamedOrAZeroLengthExitsTwoNamingTheFlag) {
+  const std::string db = (dir_ / "d.sqlite").string();
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--tasks copa --bits 3", "--bits applies to the decode tasks texts, greedy, niah"},
+           {"--tasks texts --niah-text x.txt", "--niah-text applies to the decode task niah"},
+           {"--tasks copa,niah --ppl-tokens 5", "--ppl-tokens applies to the decode task texts"},
+           {"--tasks greedy --gen-tokens 0", "--gen-tokens must be >= 1 (a length in tokens)"}}) {
+    auto r = RunKvtier(dir_, "eval " + args + " --out " + db);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << ": " << r.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(db));
+}
+
 }  // namespace kvtier
