@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "core/errors.h"
 #include "core/options.h"
+#include "models/layer_table.h"
 
 namespace kvtier::cli {
 namespace {
@@ -102,6 +103,16 @@ int RunConfig(const Args& args) {
     configs.emplace_back("", std::move(config));
   }
   if (a.vm().count("check")) {
+    // The measured layer table is part of the hardware profile: a malformed one passed the
+    // check and failed `kvtier sim` (same message as there, sim/simulate.cc).
+    for (const auto& [system, config] : configs) {
+      const ExperimentOptions o = BuildOptions(config);
+      try {
+        (void)ComputeTimer::FromOptions(o.model, o.hardware);
+      } catch (const ConfigError& e) {
+        throw ConfigError(config.Where("gpu.layer_table") + ": " + e.what());
+      }
+    }
     std::printf("ok\n");
     return 0;
   }
