@@ -1,34 +1,76 @@
 // ProceduralParams::Parse: the text form of an importance model, as configs write it.
+#include <algorithm>
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "core/errors.h"
 #include "traces/importance_model.h"
 #include "traces/key_values.h"
 
 namespace kvtier {
+namespace {
+
+// Whole values only: std::stod / stoi / stoull stop at the first character they cannot read
+// and stoull takes a sign, so `seed=1e30` ran with seed 1, `seed=-1` with 2^64 - 1 and
+// `tail=1.5x` with 1.5, each without a word. Each throws std::invalid_argument otherwise.
+double Number(const std::string& v) {
+  std::size_t used = 0;
+  const double x = std::stod(v, &used);
+  if (used != v.size()) throw std::invalid_argument(v);
+  return x;
+}
+
+int Int(const std::string& v) {
+  std::size_t used = 0;
+  const int x = std::stoi(v, &used);
+  if (used != v.size()) throw std::invalid_argument(v);
+  return x;
+}
+
+std::uint64_t Whole(const std::string& v) {
+  if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos) {
+    throw std::invalid_argument(v);
+  }
+  return std::stoull(v);  // out_of_range past 2^64 - 1
+}
+
+std::vector<double> Numbers(const std::string& value) {
+  std::vector<double> out;
+  std::istringstream vs(value);
+  for (std::string v; std::getline(vs, v, ',');) out.push_back(Number(v));
+  return out;
+}
+
+}  // namespace
 
 ProceduralParams ProceduralParams::Parse(const std::string& text, const std::string& where) {
   ProceduralParams p;
+  std::vector<std::string> seen;
   ForEachKeyValue(text, where, [&](const std::string& key, const std::string& value,
                                    const std::string& item) {
+    // `seed=1 seed=2` ran with seed 2: the last of a repeated parameter won silently.
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+      throw ConfigError(where + ": '" + key + "' given twice");
+    }
+    seen.push_back(key);
     try {
       if (key == "seed") {
-        p.seed = std::stoull(value);
+        p.seed = Whole(value);
       } else if (key == "head_corr") {
-        p.head_corr.clear();
-        std::istringstream vs(value);
-        for (std::string v; std::getline(vs, v, ',');) p.head_corr.push_back(std::stod(v));
+        p.head_corr = Numbers(value);
       } else if (key == "layer_corr") {
-        p.layer_corr = std::stod(value);
+        p.layer_corr = Number(value);
       } else if (key == "query_dependence") {
-        p.query_dependence = std::stod(value);
+        p.query_dependence = Number(value);
       } else if (key == "sink_tokens") {
-        p.sink_tokens = std::stoi(value);
+        p.sink_tokens = Int(value);
       } else if (key == "sink_boost") {
-        p.sink_boost = std::stod(value);
+        p.sink_boost = Number(value);
       } else if (key == "tail") {
-        p.tail = std::stod(value);
+        p.tail = Number(value);
       } else if (key == "model") {
         if (value == "v1" || value == "1") {
           p.model = 1;
@@ -42,41 +84,35 @@ ProceduralParams ProceduralParams::Parse(const std::string& text, const std::str
           throw ConfigError(where + ": model: expected v1, v2, v3 or v4, got '" + value + "'");
         }
       } else if (key == "persistent") {
-        p.persistent = std::stod(value);
+        p.persistent = Number(value);
       } else if (key == "persistent_query") {
-        p.persistent_query = std::stod(value);
+        p.persistent_query = Number(value);
       } else if (key == "head_spread") {
-        p.head_spread = std::stod(value);
+        p.head_spread = Number(value);
       } else if (key == "persistent_corr") {
-        p.persistent_corr = std::stod(value);
+        p.persistent_corr = Number(value);
       } else if (key == "slow") {
-        p.slow = std::stod(value);
+        p.slow = Number(value);
       } else if (key == "slow_corr") {
-        p.slow_corr = std::stod(value);
+        p.slow_corr = Number(value);
       } else if (key == "smooth") {
-        p.smooth = std::stod(value);
+        p.smooth = Number(value);
       } else if (key == "smooth_tokens") {
-        p.smooth_tokens = std::stoi(value);
+        p.smooth_tokens = Int(value);
       } else if (key == "recency") {
         p.recency.clear();
-        if (value != "none") {
-          std::istringstream vs(value);
-          for (std::string v; std::getline(vs, v, ',');) p.recency.push_back(std::stod(v));
-        }
+        if (value != "none") p.recency = Numbers(value);
       } else if (key == "factors") {
-        p.factors = std::stoi(value);
+        p.factors = Int(value);
       } else if (key == "loadings") {
         p.loadings.clear();
-        if (value != "none") {
-          std::istringstream vs(value);
-          for (std::string v; std::getline(vs, v, ',');) p.loadings.push_back(std::stod(v));
-        }
+        if (value != "none") p.loadings = Numbers(value);
       } else if (key == "focus") {
-        p.focus = std::stod(value);
+        p.focus = Number(value);
       } else if (key == "focus_tokens") {
-        p.focus_tokens = std::stoi(value);
+        p.focus_tokens = Int(value);
       } else if (key == "skew") {
-        p.skew = std::stod(value);
+        p.skew = Number(value);
       } else {
         throw ConfigError(where + ": unknown importance parameter '" + key +
                           "' (model, seed, head_corr, layer_corr, query_dependence, sink_tokens, "

@@ -45,6 +45,19 @@ TEST(ProceduralParamsParse, BadInputNamesWhereAndWhat) {
   EXPECT_NE(message("tail=abc").find("cannot parse 'tail=abc'"), std::string::npos);
   EXPECT_NE(message("seed").find("expected key=value"), std::string::npos);
   EXPECT_NE(message("layer_corr=2").find("e.ini:7"), std::string::npos) << "Validate's range";
+  // Regression (probing, 2026-12-01, second sitting): std::stoull/stod/stoi stopped at the first
+  // character they could not read, and stoull took a sign: seed=1e30 ran with seed 1, seed=-1
+  // with 2^64 - 1, tail=1.5x with 1.5, sink_tokens=3.7 with 3; a repeated key's last value won.
+  for (const char* text : {"seed=1e30", "seed=-1", "tail=1.5x", "sink_tokens=3.7",
+                           "head_corr=0.9,0.8x", "seed=18446744073709551616"}) {
+    EXPECT_NE(message(text).find(std::string("cannot parse '") + text + "'"), std::string::npos)
+        << text << ": " << message(text);
+  }
+  EXPECT_NE(message("seed=1 seed=2").find("workload.importance: 'seed' given twice"),
+            std::string::npos)
+      << message("seed=1 seed=2");
+  EXPECT_EQ(ProceduralParams::Parse("seed=18446744073709551615 tail=2e0", "x").seed,
+            18446744073709551615ull);
 }
 
 }  // namespace
