@@ -113,9 +113,7 @@ DecodeModelParams DecodeModelParams::Parse(const std::string& text, const std::s
       if (key == "decode") {
         if (value != "v1") throw ConfigError(where + ": decode: expected v1, got '" + value + "'");
       } else if (key == "seed") {
-        std::size_t used = 0;
-        p.seed = std::stoull(value, &used);
-        if (used != value.size()) throw std::invalid_argument(value);
+        p.seed = ParseSeed(value);  // "-1" was 2^64 - 1
       } else if (key == "drift_steps") {
         std::size_t used = 0;
         p.drift_steps = std::stod(value, &used);

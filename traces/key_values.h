@@ -3,8 +3,12 @@
 // separators and reject a word without '=' with the same message.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <sstream>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "core/errors.h"
 
@@ -12,19 +16,35 @@ namespace kvtier {
 
 // Calls fn(key, value, item) for each whitespace-separated item of `text`, in order, where
 // item is "key=value" split at its first '=' (the value may be empty or contain '='). Throws
-// ConfigError "<where>: expected key=value, got '<item>'" for an item without '='; whatever fn
-// throws passes through.
+// ConfigError "<where>: expected key=value, got '<item>'" for an item without '=', and
+// "<where>: '<key>' given twice" for a repeated key (`seed=1 seed=2` ran with the last one,
+// silently); whatever fn throws passes through.
 template <typename Fn>
 void ForEachKeyValue(const std::string& text, const std::string& where, Fn&& fn) {
   std::istringstream in(text);
   std::string item;
+  std::vector<std::string> seen;
   while (in >> item) {
     const auto eq = item.find('=');
     if (eq == std::string::npos) {
       throw ConfigError(where + ": expected key=value, got '" + item + "'");
     }
-    fn(item.substr(0, eq), item.substr(eq + 1), item);
+    std::string key = item.substr(0, eq);
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+      throw ConfigError(where + ": '" + key + "' given twice");
+    }
+    seen.push_back(key);
+    fn(key, item.substr(eq + 1), item);
   }
+}
+
+// A seed's text: digits only (std::stoull takes a sign: "-1" read as 2^64 - 1). Throws
+// std::invalid_argument, or std::out_of_range past 2^64 - 1.
+inline std::uint64_t ParseSeed(const std::string& v) {
+  if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos) {
+    throw std::invalid_argument(v);
+  }
+  return std::stoull(v);
 }
 
 }  // namespace kvtier

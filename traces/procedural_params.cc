@@ -30,13 +30,6 @@ int Int(const std::string& v) {
   return x;
 }
 
-std::uint64_t Whole(const std::string& v) {
-  if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos) {
-    throw std::invalid_argument(v);
-  }
-  return std::stoull(v);  // out_of_range past 2^64 - 1
-}
-
 std::vector<double> Numbers(const std::string& value) {
   std::vector<double> out;
   std::istringstream vs(value);
@@ -48,17 +41,11 @@ std::vector<double> Numbers(const std::string& value) {
 
 ProceduralParams ProceduralParams::Parse(const std::string& text, const std::string& where) {
   ProceduralParams p;
-  std::vector<std::string> seen;
   ForEachKeyValue(text, where, [&](const std::string& key, const std::string& value,
                                    const std::string& item) {
-    // `seed=1 seed=2` ran with seed 2: the last of a repeated parameter won silently.
-    if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
-      throw ConfigError(where + ": '" + key + "' given twice");
-    }
-    seen.push_back(key);
     try {
       if (key == "seed") {
-        p.seed = Whole(value);
+        p.seed = ParseSeed(value);
       } else if (key == "head_corr") {
         p.head_corr = Numbers(value);
       } else if (key == "layer_corr") {
