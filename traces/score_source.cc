@@ -83,7 +83,10 @@ void TraceScoreSource::AddEntry(RequestId id, ImportanceKind kind, std::uint64_t
                                 ExplicitScores scores) {
   if (kind == ImportanceKind::kNone && !none_model_) {
     throw TraceError("request " + std::to_string(id) +
-                     ": the trace has no importance for it and no importance model was named");
+                     ": the trace has no importance for it (a trace of lengths and prefixes "
+                     "only, as import-mooncake writes) and no importance model was named: set "
+                     "workload.importance, e.g. --workload.importance=\"seed=1\" "
+                     "(docs/configuration.md)");
   }
   auto [it, added] = entries_.try_emplace(id);
   Entry& e = it->second;

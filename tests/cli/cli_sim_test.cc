@@ -337,6 +337,30 @@ TEST_F(SimCliTest, ASimulatedClockPastABillionSecondsIsAnErrorNotAResult) {
   EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM runs WHERE complete = 1"), "0");
 }
 
+// A trace without importance (import-mooncake writes lengths and prefixes only) replayed with
+// no importance model: the error names the key to set and an example, as the user
+// needed ("no importance model was named" said neither).
+TEST_F(SimCliTest, ATraceWithoutImportanceNamesTheKeyThatGivesIt) {
+  const fs::path jsonl = dir_ / "m.jsonl";
+  std::ofstream(jsonl) << "{\"timestamp\": 0, \"input_length\": 1100, \"output_length\": 4, "
+                          "\"hash_ids\": [1, 2, 3]}\n"
+                          "{\"timestamp\": 50, \"input_length\": 1100, \"output_length\": 4, "
+                          "\"hash_ids\": [1, 2, 3]}\n";
+  const std::string trace = (dir_ / "m.kvt").string();
+  ASSERT_EQ(Run("trace import-mooncake " + jsonl.string() + " -o " + trace).code, 0);
+  const std::string e = Experiment(trace);
+  Result r = Run("sim --config " + e + " --systems spec --run.warmup_requests=0 --out " +
+                 (dir_ / "m.sqlite").string());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("set workload.importance, e.g. --workload.importance=\"seed=1\""),
+            std::string::npos)
+      << r.err;
+  r = Run("sim --config " + e + " --systems spec --run.warmup_requests=0 "
+          "--workload.importance=seed=1 --out " +
+          (dir_ / "m2.sqlite").string());
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
 // Regression: `--set workload.trace=a,b` was accepted but every point ran the INI's trace.
 TEST_F(SimCliTest, SweepCanVaryTheTrace) {
   const std::string a = Trace(4);
