@@ -99,7 +99,12 @@ int RunLm(const Args& args) {
     const std::vector<int32_t> ids = tok.Encode(prompt);
     // An empty prompt has nothing to continue (it failed inside the forward pass, "Forward: no
     // tokens", naming the model file as if the file were wrong).
-    if (ids.empty()) throw InputError("--prompt: empty: give the text to continue");
+    if (ids.empty()) {
+      // A prompt of bytes that are not UTF-8 ("\xff\xfe") encodes to nothing: not "empty".
+      throw InputError(prompt.empty() ? std::string("--prompt: empty: give the text to continue")
+                                      : "--prompt: its " + std::to_string(prompt.size()) +
+                                            " bytes give no token (not UTF-8 text?)");
+    }
     // Generation stops at the context: a larger --tokens (1e9) ran for minutes and returned
     // fewer tokens than asked for without saying so.
     const long long room = (long long)model->config().context_length - (long long)ids.size();
@@ -123,6 +128,14 @@ int RunLm(const Args& args) {
   const std::string file = need("text");
   const std::vector<int32_t> ids = tok.Encode(ReadInputFile(file, kMaxDataFileBytes, "--text"));
   if (ids.size() < 2) throw InputError(file + ": fewer than 2 tokens");
+  // Perplexity is one prefill: a longer text failed inside the model, as
+  // "MODEL.gguf: input of N tokens ... longer than the context length", blaming the model file.
+  if (ids.size() > std::size_t(model->config().context_length)) {
+    throw InputError(file + ": --text is " + std::to_string(ids.size()) +
+                     " tokens, more than the model's context of " +
+                     std::to_string(model->config().context_length) +
+                     " (perplexity is one prefill: give at most that many)");
+  }
   t0 = std::chrono::steady_clock::now();
   const double ppl = model->Perplexity(ids);
   const double s = Since(t0);

@@ -169,6 +169,24 @@ TEST_F(SmolLm2RecordEvalTest, AnEmptyPromptOrAnEmptyTextPathExitsTwoNamingTheFla
   EXPECT_NE(r.err.find("error: --text: an empty path names no file"), std::string::npos) << r.err;
 }
 
+// Regression (probing, 2026-12-01, second sitting): a prompt of non-UTF-8 bytes was called
+// "empty"; a text longer than the context failed inside the model as "MODEL.gguf: input of N
+// tokens ... longer than the context length", blaming the model file.
+TEST_F(SmolLm2RecordEvalTest, APromptOfNoTokensOrATextPastTheContextNamesTheFlag) {
+  auto r = RunKvtier(dir_, "lm generate --prompt \"$(printf '\\377\\376')\" --tokens 2");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--prompt: its 2 bytes give no token"), std::string::npos) << r.err;
+  const std::filesystem::path long_text = dir_ / "long.txt";
+  {
+    std::ofstream f(long_text);
+    for (int i = 0; i < 3000; ++i) f << "the quick brown fox jumps over the lazy dog ";
+  }
+  r = RunKvtier(dir_, "lm perplexity --text " + long_text.string());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("tokens, more than the model's context of 8192"), std::string::npos)
+      << r.err;
+}
+
 // Regression (probing, 2026-12-01): `eval --tasks ''` ran every default task, `--tasks
 // piqa,piqa` scored PIQA twice into two sets of rows, and a repeated retention or selector
 // scored one configuration twice. Each is an error naming the flag, before the model loads.
