@@ -81,13 +81,6 @@ TraceScoreSource::~TraceScoreSource() = default;
 
 void TraceScoreSource::AddEntry(RequestId id, ImportanceKind kind, std::uint64_t query_key,
                                 ExplicitScores scores) {
-  if (kind == ImportanceKind::kNone && !none_model_) {
-    throw TraceError("request " + std::to_string(id) +
-                     ": the trace has no importance for it (a trace of lengths and prefixes "
-                     "only, as import-mooncake writes) and no importance model was named: set "
-                     "workload.importance, e.g. --workload.importance=\"seed=1\" "
-                     "(docs/configuration.md)");
-  }
   auto [it, added] = entries_.try_emplace(id);
   Entry& e = it->second;
   for (SelectionMemo* m : {memo_, h2o_memo_}) {
@@ -98,9 +91,11 @@ void TraceScoreSource::AddEntry(RequestId id, ImportanceKind kind, std::uint64_t
     if (m != nullptr) m->Begin(e.ordinal, id);
   }
   e.kind = kind;
-  e.query_key = kind == ImportanceKind::kNone
-                    ? DefaultQueryKey(none_model_->params().seed, id)
-                    : query_key;
+  // A none record without an importance model is fine until something asks for its scores
+  // (ModelFor): a system that selects nothing (recomp, as, cake) replays such a trace as is.
+  e.query_key = kind != ImportanceKind::kNone ? query_key
+                : none_model_               ? DefaultQueryKey(none_model_->params().seed, id)
+                                            : 0;
   e.scores = std::move(scores);
   e.token_keys.clear();
   e.anchors.Clear();
@@ -255,6 +250,13 @@ const ImportanceModel& TraceScoreSource::ModelFor(const Request& request, Entry&
                                                   std::int64_t n) {
   const ImportanceModel* model =
       e.kind == ImportanceKind::kProcedural ? procedural_.get() : none_model_.get();
+  if (model == nullptr && e.kind == ImportanceKind::kNone) {
+    throw TraceError("request " + std::to_string(request.id) +
+                     ": the trace has no importance for it (a trace of lengths and prefixes "
+                     "only, as import-mooncake writes) and no importance model was named: set "
+                     "workload.importance, e.g. --workload.importance=\"seed=1\" "
+                     "(docs/configuration.md)");
+  }
   KVTIER_CHECK(model != nullptr, "no importance model for this request");
   if (std::int64_t(e.token_keys.size()) < n) PrefixTokenKeys(request, &e.token_keys);
   return *model;

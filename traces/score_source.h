@@ -59,8 +59,9 @@ class TraceScoreSource : public ScoreSource {
   ~TraceScoreSource() override;
 
   // Registers the importance payload of `record` under record.request.id (replacing an earlier
-  // one with the same id). Explicit scores are copied (or moved). Throws TraceError for a none
-  // payload without a none_model. The first request longer than the target's max_context
+  // one with the same id). Explicit scores are copied (or moved). A none payload without a
+  // none_model is accepted: Scores() for it throws TraceError naming workload.importance (so a
+  // system that selects nothing replays such a trace). The first request longer than the target's max_context
   // (prefix + query) prints one warning to stderr; over_context_requests() counts them all.
   void Add(const TraceRecord& record);
   void Add(TraceRecord&& record);

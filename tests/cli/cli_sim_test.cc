@@ -338,8 +338,9 @@ TEST_F(SimCliTest, ASimulatedClockPastABillionSecondsIsAnErrorNotAResult) {
 }
 
 // A trace without importance (import-mooncake writes lengths and prefixes only) replayed with
-// no importance model: the error names the key to set and an example, as the user
-// needed ("no importance model was named" said neither).
+// no importance model: a system that selects rows fails naming the key to set and an example
+// ("no importance model was named" said neither); one that selects nothing (as, recomp, cake)
+// runs, as it did not before, with the same times as with an importance model.
 TEST_F(SimCliTest, ATraceWithoutImportanceNamesTheKeyThatGivesIt) {
   const fs::path jsonl = dir_ / "m.jsonl";
   std::ofstream(jsonl) << "{\"timestamp\": 0, \"input_length\": 1100, \"output_length\": 4, "
@@ -359,6 +360,15 @@ TEST_F(SimCliTest, ATraceWithoutImportanceNamesTheKeyThatGivesIt) {
           "--workload.importance=seed=1 --out " +
           (dir_ / "m2.sqlite").string());
   EXPECT_EQ(r.code, 0) << r.err;
+  const fs::path plain = dir_ / "m3.sqlite", with = dir_ / "m4.sqlite";
+  ASSERT_EQ(Run("sim --config " + e + " --systems as,recomp,cake --run.warmup_requests=0 --out " +
+                plain.string()).code, 0);
+  ASSERT_EQ(Run("sim --config " + e + " --systems as,recomp,cake --run.warmup_requests=0 "
+                "--workload.importance=seed=1 --out " + with.string()).code, 0);
+  const std::string times = "SELECT group_concat(printf('%.12f', ttft_s)) FROM (SELECT ttft_s "
+                            "FROM requests JOIN runs USING (run_id) ORDER BY system, request_id)";
+  EXPECT_EQ(Query(plain, times), Query(with, times));
+  EXPECT_FALSE(Query(plain, times).empty());
 }
 
 // Regression: `--set workload.trace=a,b` was accepted but every point ran the INI's trace.
