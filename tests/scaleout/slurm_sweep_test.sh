@@ -15,7 +15,10 @@ set -euo pipefail
 kvtier=${KVTIER_BIN:?set KVTIER_BIN to the kvtier binary}
 kvtier=$(cd "$(dirname "$kvtier")" && pwd)/$(basename "$kvtier")
 here=$(cd "$(dirname "$0")" && pwd)
-python=$(command -v /usr/bin/python3 python3 | head -n 1)
+# Not `command -v A B | head -n 1`: under pipefail, head closing the pipe before the second
+# line is written kills command -v with SIGPIPE and the script exits 141 with no word (about
+# one run in two here).
+python=$(command -v /usr/bin/python3 || command -v python3)
 work=$(mktemp -d "${TMPDIR:-/tmp}/kvtier-slurm-test.XXXXXX")
 cluster=$work/cluster
 cleanup() {
