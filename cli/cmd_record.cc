@@ -115,7 +115,9 @@ int RunTraceRecord(const Args& args) {
   // "OUT: record 0: negative output length" (as if the trace were malformed); an empty name
   // wrote a trace whose model no configuration names.
   if (ro.output_tokens < 0) throw InputError("--output-tokens: must be >= 0");
-  if (ro.model_name.empty()) throw InputError("--model-name: empty: name the model the trace is for");
+  if (ro.model_name.empty()) {
+    throw InputError("--model-name: empty: name the model the trace is for");
+  }
   if (data_dir.empty()) data_dir = DefaultRepoDataDir();
   if (shared_dir.empty()) shared_dir = DefaultSharedDataDir();
   const bool is_rag = dataset == "rag";

@@ -160,8 +160,9 @@ void CheckModel(ModelDescriptor* m, bool kv_given) {
   // Grouped-query attention shares each KV head among heads / kv_heads query heads: 3 heads
   // over 2 KV heads wrote a trace no model can replay (BuildOptions rejects the same model).
   if (m->heads % m->kv_heads != 0) {
-    throw InputError("--model-kv-heads: " + std::to_string(m->kv_heads) + " does not divide --model-heads " +
-                     std::to_string(m->heads) + " (each KV head serves heads / kv_heads query heads)");
+    throw InputError("--model-kv-heads: " + std::to_string(m->kv_heads) +
+                     " does not divide --model-heads " + std::to_string(m->heads) +
+                     " (each KV head serves heads / kv_heads query heads)");
   }
 }
 

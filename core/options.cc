@@ -45,7 +45,8 @@ double PerSecond(const Config& c, const char* key, double v) {
 // kMaxSimulatedSeconds); no device takes an hour per operation.
 constexpr Seconds kMaxOpSeconds = 3600;
 
-Seconds OpSeconds(const Config& c, const char* key, Seconds v) {
+Seconds OpSeconds(const Config& c, const char* key) {
+  const Seconds v = c.GetDuration(key);
   if (!(v >= 0 && v <= kMaxOpSeconds)) {
     std::ostringstream got;
     got << v;
@@ -119,7 +120,7 @@ HardwareOptions BuildHardwareOptions(const Config& c) {
   h.name = c.GetString("hardware.name");
   h.ssd_read_bw = PerSecond(c, "ssd.read_bw", c.GetBandwidth("ssd.read_bw"));
   h.ssd_write_bw = PerSecond(c, "ssd.write_bw", c.GetBandwidth("ssd.write_bw"));
-  h.ssd_latency = OpSeconds(c, "ssd.latency", c.GetDuration("ssd.latency"));
+  h.ssd_latency = OpSeconds(c, "ssd.latency");
   h.ssd_queue_depth = PositiveInt(c, "ssd.queue_depth");
   h.ssd_background_share = c.GetDouble("ssd.background_share");
   if (!(h.ssd_background_share > 0 && h.ssd_background_share <= 1)) {
@@ -133,17 +134,17 @@ HardwareOptions BuildHardwareOptions(const Config& c) {
   }
   h.cpu_memcpy_bw = PerSecond(c, "cpu.memcpy_bw", c.GetBandwidth("cpu.memcpy_bw"));
   h.cpu_gather_bw = PerSecond(c, "cpu.gather_bw", c.GetBandwidth("cpu.gather_bw"));
-  h.cpu_op_overhead = OpSeconds(c, "cpu.op_overhead", c.GetDuration("cpu.op_overhead"));
-  h.cpu_driver_op_cost = OpSeconds(c, "cpu.driver_op_cost", c.GetDuration("cpu.driver_op_cost"));
-  h.cpu_driver_wake = OpSeconds(c, "cpu.driver_wake", c.GetDuration("cpu.driver_wake"));
+  h.cpu_op_overhead = OpSeconds(c, "cpu.op_overhead");
+  h.cpu_driver_op_cost = OpSeconds(c, "cpu.driver_op_cost");
+  h.cpu_driver_wake = OpSeconds(c, "cpu.driver_wake");
   h.cpu_shared_copy_bw = c.GetBandwidth("cpu.shared_copy_bw");  // finite, >= 0 (the parser)
   if (h.cpu_shared_copy_bw != 0) PerSecond(c, "cpu.shared_copy_bw", h.cpu_shared_copy_bw);
   h.pcie_h2d_bw = PerSecond(c, "pcie.h2d_bw", c.GetBandwidth("pcie.h2d_bw"));
   h.pcie_d2h_bw = PerSecond(c, "pcie.d2h_bw", c.GetBandwidth("pcie.d2h_bw"));
-  h.pcie_latency = OpSeconds(c, "pcie.latency", c.GetDuration("pcie.latency"));
-  h.pcie_batch_latency = OpSeconds(c, "pcie.batch_latency", c.GetDuration("pcie.batch_latency"));
-  h.pcie_descriptor_cost = OpSeconds(c, "pcie.descriptor_cost", c.GetDuration("pcie.descriptor_cost"));
-  h.cpu_gather_run_cost = OpSeconds(c, "cpu.gather_run_cost", c.GetDuration("cpu.gather_run_cost"));
+  h.pcie_latency = OpSeconds(c, "pcie.latency");
+  h.pcie_batch_latency = OpSeconds(c, "pcie.batch_latency");
+  h.pcie_descriptor_cost = OpSeconds(c, "pcie.descriptor_cost");
+  h.cpu_gather_run_cost = OpSeconds(c, "cpu.gather_run_cost");
   h.gpu_gather_bw = PerSecond(c, "gpu.gather_bw", c.GetBandwidth("gpu.gather_bw"));
   h.gpu_gather_sm_share = c.GetDouble("gpu.gather_sm_share");
   if (!(h.gpu_gather_sm_share >= 0 && h.gpu_gather_sm_share < 1)) {
@@ -162,7 +163,7 @@ HardwareOptions BuildHardwareOptions(const Config& c) {
                       ": gpu.flops x gpu.efficiency must be at least 1 FLOP/s");
   }
   h.gpu_mem_bw = PerSecond(c, "gpu.mem_bw", c.GetBandwidth("gpu.mem_bw"));
-  h.gpu_kernel_overhead = OpSeconds(c, "gpu.kernel_overhead", c.GetDuration("gpu.kernel_overhead"));
+  h.gpu_kernel_overhead = OpSeconds(c, "gpu.kernel_overhead");
   h.gpu_concurrent_prefills = PositiveInt(c, "gpu.concurrent_prefills");
   // Each concurrent prefill is an in-flight request holding a pin slot of the caches.
   if (h.gpu_concurrent_prefills > TieredCache::kMaxHolders) {
@@ -271,7 +272,8 @@ SystemOptions BuildSystemOptions(const Config& c, const ModelSpec& model) {
                        d.policy == DecodePolicy::kSpeCacheNoSpec;
   if (low_bit && (d.residual < d.group || d.residual % d.group != 0)) {
     throw ConfigError(c.Where("decode.residual", "decode.group") + ": decode.residual (" +
-                      std::to_string(d.residual) + ") must be a positive multiple of decode.group (" +
+                      std::to_string(d.residual) +
+                      ") must be a positive multiple of decode.group (" +
                       std::to_string(d.group) + "): KIVI quantizes keys in whole groups");
   }
   if ((d.policy == DecodePolicy::kSpeCache || d.policy == DecodePolicy::kSpeCacheNoSpec) &&
@@ -327,7 +329,8 @@ std::optional<Seconds> PerSystemDuration(const Config& c, const char* key,
       throw ConfigError(c.Where(key) + ": " + name + ": " + err.what());
     }
     if (!(v <= kMaxOpSeconds)) {
-      throw ConfigError(c.Where(key) + ": " + name + ": must be at most 1 h (a time per operation)");
+      throw ConfigError(c.Where(key) + ": " + name +
+                        ": must be at most 1 h (a time per operation)");
     }
     if (name == system) found = v;
   }

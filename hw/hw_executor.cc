@@ -581,8 +581,7 @@ struct HwExecutor::Impl {
         // The ring may wrap past the piece while it is being checked (a later read allocates,
         // then lands its bytes): a mismatch is the read's only if the piece was still its own
         // once the check ended. Allocation precedes the landing, so this sees every such case.
-        if (!s.ok() && s.code() != Status::Code::kOk && res.status.ok() && ring != nullptr &&
-            ring->Overwritten(stamp)) {
+        if (!s.ok() && res.status.ok() && ring != nullptr && ring->Overwritten(stamp)) {
           reused = true;
           s = Status::OK();
         }
@@ -1111,11 +1110,13 @@ Status HwExecutor::Create(const ModelSpec& model, const HardwareOptions& hardwar
 
   // A staging ring must give every read in flight bytes of its own: hw.ring = 200000 B (8 pieces
   // at QD 32) failed runs with "content check failed" though nothing was wrong on the disk.
-  const Bytes min_ring = (Bytes(std::max<std::uint32_t>(1, options.queue_depth)) + 1) * m.slot_bytes;
+  const Bytes min_ring =
+      (Bytes(std::max<std::uint32_t>(1, options.queue_depth)) + 1) * m.slot_bytes;
   if (options.ring_bytes < min_ring) {
     return Status::InvalidArgument(
-        "hw.ring = " + std::to_string(options.ring_bytes) + " B holds fewer than ssd.queue_depth + 1 = " +
-        std::to_string(options.queue_depth + 1) + " chunk pieces of " + std::to_string(m.slot_bytes) +
+        "hw.ring = " + std::to_string(options.ring_bytes) +
+        " B holds fewer than ssd.queue_depth + 1 = " + std::to_string(options.queue_depth + 1) +
+        " chunk pieces of " + std::to_string(m.slot_bytes) +
         " B (the reads in flight must not share staging bytes): give at least " +
         std::to_string(min_ring) + " B");
   }

@@ -76,13 +76,7 @@ double ProfileAt(const std::vector<double>& v, int l, int layers) {
 }
 
 std::vector<double> ParseDoubles(const std::string& value) {
-  std::vector<double> out;
-  std::istringstream vs(value);
-  for (std::string v; std::getline(vs, v, ',');) {
-    std::size_t used = 0;
-    out.push_back(std::stod(v, &used));
-    if (used != v.size()) throw std::invalid_argument(v);
-  }
+  std::vector<double> out = ParseNumbers(value);
   if (out.empty()) throw std::invalid_argument("empty list");
   return out;
 }
@@ -115,9 +109,7 @@ DecodeModelParams DecodeModelParams::Parse(const std::string& text, const std::s
       } else if (key == "seed") {
         p.seed = ParseSeed(value);  // "-1" was 2^64 - 1
       } else if (key == "drift_steps") {
-        std::size_t used = 0;
-        p.drift_steps = std::stod(value, &used);
-        if (used != value.size()) throw std::invalid_argument(value);
+        p.drift_steps = ParseNumber(value);
       } else if (key == "stable") {
         p.stable = ParseDoubles(value);
       } else if (key == "drift") {

@@ -38,6 +38,23 @@ void ForEachKeyValue(const std::string& text, const std::string& where, Fn&& fn)
   }
 }
 
+// A number's whole text (std::stod alone stops at the first character it cannot read:
+// `tail=1.5x` read as 1.5). Throws std::invalid_argument, or std::out_of_range.
+inline double ParseNumber(const std::string& v) {
+  std::size_t used = 0;
+  const double x = std::stod(v, &used);
+  if (used != v.size()) throw std::invalid_argument(v);
+  return x;
+}
+
+// A comma list of whole numbers ("0.9,0.8"); empty text gives an empty list.
+inline std::vector<double> ParseNumbers(const std::string& value) {
+  std::vector<double> out;
+  std::istringstream vs(value);
+  for (std::string v; std::getline(vs, v, ',');) out.push_back(ParseNumber(v));
+  return out;
+}
+
 // A seed's text: digits only (std::stoull takes a sign: "-1" read as 2^64 - 1). Throws
 // std::invalid_argument, or std::out_of_range past 2^64 - 1.
 inline std::uint64_t ParseSeed(const std::string& v) {

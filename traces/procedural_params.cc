@@ -1,10 +1,6 @@
 // ProceduralParams::Parse: the text form of an importance model, as configs write it.
-#include <algorithm>
-#include <cstdint>
-#include <sstream>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "core/errors.h"
 #include "traces/importance_model.h"
@@ -13,28 +9,13 @@
 namespace kvtier {
 namespace {
 
-// Whole values only: std::stod / stoi / stoull stop at the first character they cannot read
-// and stoull takes a sign, so `seed=1e30` ran with seed 1, `seed=-1` with 2^64 - 1 and
-// `tail=1.5x` with 1.5, each without a word. Each throws std::invalid_argument otherwise.
-double Number(const std::string& v) {
-  std::size_t used = 0;
-  const double x = std::stod(v, &used);
-  if (used != v.size()) throw std::invalid_argument(v);
-  return x;
-}
-
+// Whole values only (traces/key_values.h has the number and seed forms): std::stoi stops at
+// the first character it cannot read, so `sink_tokens=3.7` ran with 3 sinks.
 int Int(const std::string& v) {
   std::size_t used = 0;
   const int x = std::stoi(v, &used);
   if (used != v.size()) throw std::invalid_argument(v);
   return x;
-}
-
-std::vector<double> Numbers(const std::string& value) {
-  std::vector<double> out;
-  std::istringstream vs(value);
-  for (std::string v; std::getline(vs, v, ',');) out.push_back(Number(v));
-  return out;
 }
 
 }  // namespace
@@ -47,17 +28,17 @@ ProceduralParams ProceduralParams::Parse(const std::string& text, const std::str
       if (key == "seed") {
         p.seed = ParseSeed(value);
       } else if (key == "head_corr") {
-        p.head_corr = Numbers(value);
+        p.head_corr = ParseNumbers(value);
       } else if (key == "layer_corr") {
-        p.layer_corr = Number(value);
+        p.layer_corr = ParseNumber(value);
       } else if (key == "query_dependence") {
-        p.query_dependence = Number(value);
+        p.query_dependence = ParseNumber(value);
       } else if (key == "sink_tokens") {
         p.sink_tokens = Int(value);
       } else if (key == "sink_boost") {
-        p.sink_boost = Number(value);
+        p.sink_boost = ParseNumber(value);
       } else if (key == "tail") {
-        p.tail = Number(value);
+        p.tail = ParseNumber(value);
       } else if (key == "model") {
         if (value == "v1" || value == "1") {
           p.model = 1;
@@ -71,35 +52,35 @@ ProceduralParams ProceduralParams::Parse(const std::string& text, const std::str
           throw ConfigError(where + ": model: expected v1, v2, v3 or v4, got '" + value + "'");
         }
       } else if (key == "persistent") {
-        p.persistent = Number(value);
+        p.persistent = ParseNumber(value);
       } else if (key == "persistent_query") {
-        p.persistent_query = Number(value);
+        p.persistent_query = ParseNumber(value);
       } else if (key == "head_spread") {
-        p.head_spread = Number(value);
+        p.head_spread = ParseNumber(value);
       } else if (key == "persistent_corr") {
-        p.persistent_corr = Number(value);
+        p.persistent_corr = ParseNumber(value);
       } else if (key == "slow") {
-        p.slow = Number(value);
+        p.slow = ParseNumber(value);
       } else if (key == "slow_corr") {
-        p.slow_corr = Number(value);
+        p.slow_corr = ParseNumber(value);
       } else if (key == "smooth") {
-        p.smooth = Number(value);
+        p.smooth = ParseNumber(value);
       } else if (key == "smooth_tokens") {
         p.smooth_tokens = Int(value);
       } else if (key == "recency") {
         p.recency.clear();
-        if (value != "none") p.recency = Numbers(value);
+        if (value != "none") p.recency = ParseNumbers(value);
       } else if (key == "factors") {
         p.factors = Int(value);
       } else if (key == "loadings") {
         p.loadings.clear();
-        if (value != "none") p.loadings = Numbers(value);
+        if (value != "none") p.loadings = ParseNumbers(value);
       } else if (key == "focus") {
-        p.focus = Number(value);
+        p.focus = ParseNumber(value);
       } else if (key == "focus_tokens") {
         p.focus_tokens = Int(value);
       } else if (key == "skew") {
-        p.skew = Number(value);
+        p.skew = ParseNumber(value);
       } else {
         throw ConfigError(where + ": unknown importance parameter '" + key +
                           "' (model, seed, head_corr, layer_corr, query_dependence, sink_tokens, "

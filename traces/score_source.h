@@ -61,8 +61,9 @@ class TraceScoreSource : public ScoreSource {
   // Registers the importance payload of `record` under record.request.id (replacing an earlier
   // one with the same id). Explicit scores are copied (or moved). A none payload without a
   // none_model is accepted: Scores() for it throws TraceError naming workload.importance (so a
-  // system that selects nothing replays such a trace). The first request longer than the target's max_context
-  // (prefix + query) prints one warning to stderr; over_context_requests() counts them all.
+  // system that selects nothing replays such a trace). The first request longer than the
+  // target's max_context (prefix + query) prints one warning to stderr; over_context_requests()
+  // counts them all.
   void Add(const TraceRecord& record);
   void Add(TraceRecord&& record);
   // Forgets a request. Unknown ids are ignored.

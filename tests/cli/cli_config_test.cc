@@ -94,8 +94,10 @@ TEST_F(CliTest, InvalidOptionValueExitsTwoNamingFileAndKey) {
 // Regression (probing, 2026-12-01, second sitting): `config --check` did not read the measured
 // layer table, so a malformed one passed the check and failed `kvtier sim`.
 TEST_F(CliTest, CheckReadsTheMeasuredLayerTable) {
-  const std::string e = Write("lt.ini", "[include]\nmodel = smollm2-135m\nhardware = a100-pcie4-nvme\n");
-  const std::string header = "# model = smollm2-135m\nkind,new_tokens,context_tokens,heads,seconds\n";
+  const std::string e =
+      Write("lt.ini", "[include]\nmodel = smollm2-135m\nhardware = a100-pcie4-nvme\n");
+  const std::string header =
+      "# model = smollm2-135m\nkind,new_tokens,context_tokens,heads,seconds\n";
   const std::string bad = Write("bad.layers.csv", header + "layer_prefill,16,64,0,-1\n");
   Result r = Run("config --config " + e + " --check --gpu.layer_table=" + bad);
   EXPECT_EQ(r.code, 2) << r.err;

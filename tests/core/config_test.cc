@@ -428,7 +428,8 @@ TEST_F(ConfigTest, AnHourLongOperationOrAnAlmostZeroGpuEfficiencyIsRejected) {
   msg = ErrorOf([&] { BuildOptions(Config::Load(Experiment(""), {"gpu.efficiency=1e-300"})); });
   EXPECT_NE(msg.find("gpu.flops x gpu.efficiency must be at least 1 FLOP/s"), std::string::npos)
       << msg;
-  EXPECT_NO_THROW(BuildOptions(Config::Load(Experiment(""), {"ssd.latency=1h", "pcie.latency=0s"})));
+  EXPECT_NO_THROW(
+      BuildOptions(Config::Load(Experiment(""), {"ssd.latency=1h", "pcie.latency=0s"})));
 }
 
 // Regression (probing, 2026-12-01, second sitting): the simulator took a KIVI residual that is

@@ -71,7 +71,8 @@ TEST(DecodeModelParams, TextFormRoundTripsAndBadValuesNameTheKey) {
   EXPECT_NE(error("decode=v9").find("expected v1"), std::string::npos);
   // Regression (probing, 2026-12-01, second sitting): seed=-1 was read as 2^64 - 1, and a
   // repeated key's last value won.
-  EXPECT_NE(error("seed=-1").find("seed: cannot parse '-1'"), std::string::npos) << error("seed=-1");
+  EXPECT_NE(error("seed=-1").find("seed: cannot parse '-1'"), std::string::npos)
+      << error("seed=-1");
   EXPECT_NE(error("seed=1 seed=2").find("'seed' given twice"), std::string::npos);
 }
 
