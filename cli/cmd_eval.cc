@@ -340,6 +340,19 @@ int RunEval(const Args& args) {
                          ", which --tasks does not name (it would be ignored)");
       }
     }
+    // And the reverse: `--tasks texts --retentions 0.5` ran the texts and said nothing of the
+    // multiple-choice grid it was asked for.
+    if (tasks.empty()) {
+      for (const char* flag : {"items", "shots", "items-per-prefix", "max-prefix-tokens",
+                               "retentions", "alphas", "selectors", "probe-heads",
+                               "shared-data"}) {
+        const auto given = vm.find(flag);
+        if (given == vm.end() || given->second.defaulted()) continue;
+        throw InputError(std::string("--") + flag +
+                         " applies to the multiple-choice tasks (piqa, copa, rte, openbookqa), "
+                         "which --tasks does not name (it would be ignored)");
+      }
+    }
   }
   if (!decode_tasks.empty()) {
     dto.tasks = decode_tasks;

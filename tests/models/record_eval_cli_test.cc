@@ -89,6 +89,26 @@ TEST_F(RecordEvalCliTest, BadDecodeFlagsExitTwoBeforeAnyWork) {
   EXPECT_FALSE(fs::exists(dir_ / "d.sqlite")) << "nothing written on bad input";
 }
 
+// Regression (issue 18's class): a multiple-choice flag with only decode tasks named was
+// ignored without a word (`--tasks texts --retentions 0.5` ran the texts alone).
+TEST_F(RecordEvalCliTest, AMultipleChoiceFlagWithOnlyDecodeTasksExitsTwoNamingTheFlag) {
+  const std::string out = " --out " + (dir_ / "m.sqlite").string();
+  for (const char* args : {"--tasks texts --retentions 0.5", "--tasks decode --selectors itf",
+                           "--tasks niah,greedy --shots 1", "--tasks texts --probe-heads 1",
+                           "--tasks greedy --shared-data /tmp"}) {
+    const auto r = RunKvtier(dir_, std::string("eval ") + args + out);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.err;
+    EXPECT_NE(r.err.find("applies to the multiple-choice tasks"), std::string::npos)
+        << args << ": " << r.err;
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "m.sqlite")) << "nothing written on bad input";
+  // With a multiple-choice task named the flag is used (the run goes on to the model).
+  const auto r = RunKvtier(dir_, "eval --tasks copa,texts --retentions 0.5 --model "
+                                 "/nonexistent.gguf" + out);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("/nonexistent.gguf"), std::string::npos) << r.err;
+}
+
 // A results file whose accuracy table predates the decode selectors cannot take decode rows
 // (SQLite cannot change a CHECK): such a file has no schema version, so it is refused as an
 // older kvtier's file, a clear error before the model is loaded.
