@@ -400,13 +400,14 @@ int RunImport(const Args& args) {
   MooncakeImportOptions opt;
   opt.chunk_tokens = 64;
   std::string in, out;
-  bool kv = false;
+  bool kv = false, quiet = false;
   Options o;
   o.Add<std::string>(nullptr, "in,i", &in, "Mooncake JSON-lines trace (required)");
   o.Add<std::string>(nullptr, "out,o", &out, "output trace (required)");
   o.Add<int>(nullptr, "chunk-tokens", &opt.chunk_tokens, "tokens per prefix symbol; divides 512 (64)");
   o.Add<int>(nullptr, "block-tokens", &opt.block_tokens, "tokens per Mooncake block (512)");
   AddModel(&o, &opt.model);
+  o.Flag("quiet", &quiet, "print nothing on success");
   o.positional.add("in", 1);
   if (!Parse(&o, args, "trace import-mooncake",
              "usage: kvtier trace import-mooncake --in trace.jsonl --out T", false)) {
@@ -416,7 +417,7 @@ int RunImport(const Args& args) {
   kv = std::find(args.begin(), args.end(), "--model-kv-heads") != args.end();
   CheckModel(&opt.model, kv);
   const MooncakeImportSummary s = ImportMooncake(in, out, opt);
-  std::printf("wrote %s: %lld records, %llu bytes\n", out.c_str(), (long long)s.records,
+  if (!quiet) std::printf("wrote %s: %lld records, %llu bytes\n", out.c_str(), (long long)s.records,
               (unsigned long long)s.bytes);
   return 0;
 }

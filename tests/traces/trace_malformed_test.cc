@@ -405,6 +405,20 @@ TEST(MooncakeMalformed, OutputEqualToInputIsRejected) {
   std::remove(in.c_str());
 }
 
+// Every long-running command has --quiet; import-mooncake had none (2026-12-02).
+TEST(MooncakeImportCli, QuietPrintsNothingOnSuccessAndTheSameTrace) {
+  const std::string in = TempPath("quiet.jsonl"), a = TempPath("loud.kvt"), b = TempPath("quiet.kvt");
+  WriteText(in, std::string(kGood) + "\n" + kGood + "\n");
+  const CliResult loud = RunCli("trace import-mooncake --in " + in + " --out " + a);
+  EXPECT_EQ(loud.code, 0) << loud.output;
+  EXPECT_NE(loud.output.find("2 records"), std::string::npos) << loud.output;
+  const CliResult quiet = RunCli("trace import-mooncake --quiet --in " + in + " --out " + b);
+  EXPECT_EQ(quiet.code, 0) << quiet.output;
+  EXPECT_EQ(quiet.output, "");
+  EXPECT_EQ(ReadAll(a), ReadAll(b));
+  for (const std::string& f : {in, a, b}) std::remove(f.c_str());
+}
+
 TEST(MooncakeMalformed, DevZeroInputIsAnErrorNotEndlessMemory) {
   const std::string out = TempPath("zero.kvt");
   try {
