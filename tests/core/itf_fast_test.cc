@@ -101,6 +101,33 @@ TEST(ItfFastTest, TopKMatchesTheReferenceOnTiesNanZerosAndInfinities) {
   }
 }
 
+// H2O's counted selection: CountTopKPerHead's count of token t is the number of rows whose
+// reference top k holds t (its kept test compares keys and indices in 32-bit lanes, and the
+// boundary bucket is collected 8 or 16 tokens a step on the vector paths).
+TEST(ItfFastTest, CountTopKPerHeadCountsTheReferenceSets) {
+  std::mt19937 rng(11);
+  for (std::int64_t n : {1, 7, 9, 64, 1000, 4913}) {
+    for (int flavour = 0; flavour < 5; ++flavour) {
+      const int heads = 5;
+      std::vector<float> all;
+      for (int h = 0; h < heads; ++h) {
+        const std::vector<float> row = RandomScores(rng, std::size_t(n), flavour);
+        all.insert(all.end(), row.begin(), row.end());
+      }
+      for (std::int64_t k : {std::int64_t{0}, std::int64_t{1}, n / 3, n - 1, n}) {
+        if (k < 0) continue;
+        std::vector<std::uint16_t> want(static_cast<std::size_t>(n), 0), got;
+        for (int h = 0; h < heads; ++h) {
+          const std::vector<float> row(all.begin() + h * n, all.begin() + (h + 1) * n);
+          for (std::int32_t t : ReferenceTopK(row, k)) ++want[static_cast<std::size_t>(t)];
+        }
+        CountTopKPerHead(all, heads, n, k, &got);
+        ASSERT_EQ(got, want) << "n=" << n << " k=" << k << " f=" << flavour;
+      }
+    }
+  }
+}
+
 TEST(ItfFastTest, SelectItfVotesLikeTheReference) {
   std::mt19937 rng(11);
   int voted = 0;
