@@ -186,6 +186,17 @@ std::int64_t CollectVotes(const std::uint16_t* votes, std::int64_t n, std::uint1
     m += AppendHits(hit, idx, out + m);
     idx = _mm512_add_epi32(idx, step);
   }
+#elif defined(KVTIER_ITF_AVX2)
+  // 8 votes widened to 32-bit lanes a step (counts <= 65535: the signed compare is exact);
+  // the scalar loop was ~30% of SelectItfImpl in a cold spec run on the Mooncake trace (Zen 3).
+  const __m256i want = _mm256_set1_epi32(level);
+  for (; t + 8 <= n; t += 8) {
+    const __m256i v =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(votes + t)));
+    const __m256i hit = above ? _mm256_cmpgt_epi32(v, want) : _mm256_cmpeq_epi32(v, want);
+    m += AppendHits8(static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(hit))), t,
+                     out + m);
+  }
 #endif
   for (; t < n; ++t) {
     out[m] = static_cast<std::int32_t>(t);
