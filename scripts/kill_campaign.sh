@@ -23,6 +23,9 @@
 #
 #   bash scripts/kill_campaign.sh [LANDED_PER_COMMAND] [SEED]      (default 4 and 1)
 #
+# KILL_SCALE=N (default 1) makes every command's work N times larger (requests of sim, sweep
+# and hw, eval's items, record's prompts), so that kills land in the middle of long runs rather
+# than in start-up: at 1 the unkilled runs take 1-10 s on a 2-core machine, most of it loading.
 # Needs build/cli/kvtier (KVTIER_BUILD_DIR) and, for record and eval, the SmolLM2 model of
 # scripts/fetch_model.sh. Prints one line per kill and a summary (kills that landed and that
 # missed, per command); exit 1 if any check fails or a command ran out of tries before LANDED
@@ -37,6 +40,8 @@ want="${1:-4}"
 seed="${2:-1}"
 [[ "$seed" =~ ^[0-9]+$ ]] || { echo "kill_campaign: SEED must be a non-negative integer, not '$seed'" >&2; exit 2; }
 RANDOM="$seed"
+scale="${KILL_SCALE:-1}"
+[[ "$scale" =~ ^[1-9][0-9]*$ ]] || { echo "kill_campaign: KILL_SCALE must be a positive integer, not '$scale'" >&2; exit 2; }
 campaign_setup kill_campaign
 export KVTIER_CONFIG_DIR="$root/configs" KVTIER_SELECTION_MEMO="$work/selections"
 total=0 hits=0
@@ -140,7 +145,7 @@ has_runs() { [[ -f "$1" && "$(q "$1" "SELECT COUNT(*) FROM sqlite_master WHERE n
 next_id() { if has_runs "$1"; then q "$1" "SELECT COALESCE(MAX(run_id), 0) + 1 FROM runs"; else echo 1; fi; }
 
 # --- inputs --------------------------------------------------------------------------------
-requests=1200
+requests=$((1200 * scale))
 "$k" trace gen -o "$work/t.kvt" --requests "$requests" --rate 20 --prompts 4 --examples_min 2 \
   --examples_max 3 --example_tokens 200 --example_tokens_sd 20 --calibration_tokens 256 --quiet
 cat >"$work/e.ini" <<INI
@@ -154,15 +159,15 @@ trace = $work/t.kvt
 INI
 sim_cmd=("$k" sim --config "$work/e.ini" --systems as,spec -j 2)
 sweep_cmd=("$k" sweep --config "$work/e.ini" --systems as,spec
-           --set cache.gpu_capacity=1GiB,4GiB,16GiB --run.max_requests=400 -j 2)
+           --set cache.gpu_capacity=1GiB,4GiB,16GiB --run.max_requests=$((400 * scale)) -j 2)
 model="${KVTIER_MODEL:-$HOME/.cache/kvtier/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
-record_cmd=("$k" trace record --model "$model" --dataset copa --prompts 2 --queries 1
+record_cmd=("$k" trace record --model "$model" --dataset copa --prompts $((2 * scale)) --queries 1
             --max-prefix-tokens 512)
-hw_requests=200
+hw_requests=$((200 * scale))
 hw_trace "$work/hw.kvt" "$hw_requests"
 hw_experiment "$work/hw.ini" kill-hw as "$work/hw.kvt" 4MiB 16MiB
 hw_cmd=("$k" hw --config "$work/hw.ini" --quiet)
-eval_cmd=("$k" eval --model "$model" --tasks copa --items 3 --retentions 0.5 --alphas 0.6
+eval_cmd=("$k" eval --model "$model" --tasks copa --items $((3 * scale)) --retentions 0.5 --alphas 0.6
           --threads 1)
 
 # How long each command runs unkilled (kill times are drawn within it).
@@ -180,7 +185,7 @@ if [[ $have_model == 1 ]]; then
 else
   echo "kill_campaign: no model at $model: record and eval are skipped" >&2
 fi
-echo "unkilled durations (s): sim ${dur[sim]}, sweep ${dur[sweep]}, hw ${dur[hw]}, record ${dur[record]:-skipped}, eval ${dur[eval]:-skipped}"
+echo "KILL_SCALE $scale; unkilled durations (s): sim ${dur[sim]}, sweep ${dur[sweep]}, hw ${dur[hw]}, record ${dur[record]:-skipped}, eval ${dur[eval]:-skipped}"
 
 # --- kills ---------------------------------------------------------------------------------
 kinds=(parent group term)
@@ -213,7 +218,7 @@ kill_sweep() {
   kill_after "$delay" "$how"
   survivors "$db" || fail "sweep: a process survived"
   check_term sweep
-  check_db "$db" 1 400
+  check_db "$db" 1 $((400 * scale))
   todo=0
   has_runs "$db" && todo=$(q "$db" "SELECT 6 - COUNT(DISTINCT config_sha256) FROM runs WHERE complete = 1") || todo=6
   redo="$(has_runs "$db" && q "$db" "SELECT group_concat(config_sha256) FROM (SELECT DISTINCT
