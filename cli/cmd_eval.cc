@@ -318,6 +318,16 @@ int RunEval(const Args& args) {
   // A decode flag whose task is not named was ignored without a word (`--tasks copa --bits 3`
   // scored copa and said nothing of the 3-bit KIVI asked for).
   {
+    // Given on the command line (a default is not a request).
+    const auto given = [&](const char* flag) {
+      const auto it = vm.find(flag);
+      return it != vm.end() && !it->second.defaulted();
+    };
+    const auto joined = [](const std::vector<std::string>& names) {
+      std::string list;
+      for (const std::string& t : names) list += (list.empty() ? "" : ", ") + t;
+      return list;
+    };
     const std::vector<std::string> all_decode = DecodeTaskNames();
     const std::vector<std::pair<const char*, std::vector<std::string>>> applies = {
         {"bits", all_decode}, {"ks", all_decode}, {"group", all_decode},
@@ -326,17 +336,14 @@ int RunEval(const Args& args) {
         {"gen-prompt", {"greedy"}}, {"gen-tokens", {"greedy"}}, {"niah-lengths", {"niah"}},
         {"niah-depths", {"niah"}}, {"niah-answer-tokens", {"niah"}}, {"niah-text", {"niah"}}};
     for (const auto& [flag, for_tasks] : applies) {
-      const auto given = vm.find(flag);
-      if (given == vm.end() || given->second.defaulted()) continue;
+      if (!given(flag)) continue;
       bool named = false;
       for (const std::string& t : for_tasks) {
         named |= std::find(decode_tasks.begin(), decode_tasks.end(), t) != decode_tasks.end();
       }
       if (!named) {
-        std::string list;
-        for (const std::string& t : for_tasks) list += (list.empty() ? "" : ", ") + t;
         throw InputError(std::string("--") + flag + " applies to the decode task" +
-                         (for_tasks.size() > 1 ? "s " : " ") + list +
+                         (for_tasks.size() > 1 ? "s " : " ") + joined(for_tasks) +
                          ", which --tasks does not name (it would be ignored)");
       }
     }
@@ -346,11 +353,10 @@ int RunEval(const Args& args) {
       for (const char* flag : {"items", "shots", "items-per-prefix", "max-prefix-tokens",
                                "retentions", "alphas", "selectors", "probe-heads",
                                "shared-data"}) {
-        const auto given = vm.find(flag);
-        if (given == vm.end() || given->second.defaulted()) continue;
-        throw InputError(std::string("--") + flag +
-                         " applies to the multiple-choice tasks (piqa, copa, rte, openbookqa), "
-                         "which --tasks does not name (it would be ignored)");
+        if (!given(flag)) continue;
+        throw InputError(std::string("--") + flag + " applies to the multiple-choice tasks (" +
+                         joined(McTaskNames()) +
+                         "), which --tasks does not name (it would be ignored)");
       }
     }
   }

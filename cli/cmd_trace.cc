@@ -417,8 +417,10 @@ int RunImport(const Args& args) {
   kv = std::find(args.begin(), args.end(), "--model-kv-heads") != args.end();
   CheckModel(&opt.model, kv);
   const MooncakeImportSummary s = ImportMooncake(in, out, opt);
-  if (!quiet) std::printf("wrote %s: %lld records, %llu bytes\n", out.c_str(), (long long)s.records,
-              (unsigned long long)s.bytes);
+  if (!quiet) {
+    std::printf("wrote %s: %lld records, %llu bytes\n", out.c_str(), (long long)s.records,
+                (unsigned long long)s.bytes);
+  }
   return 0;
 }
 

@@ -407,7 +407,8 @@ TEST(MooncakeMalformed, OutputEqualToInputIsRejected) {
 
 // Every long-running command has --quiet; import-mooncake had none (2026-12-02).
 TEST(MooncakeImportCli, QuietPrintsNothingOnSuccessAndTheSameTrace) {
-  const std::string in = TempPath("quiet.jsonl"), a = TempPath("loud.kvt"), b = TempPath("quiet.kvt");
+  const std::string in = TempPath("quiet.jsonl");
+  const std::string a = TempPath("loud.kvt"), b = TempPath("quiet.kvt");
   WriteText(in, std::string(kGood) + "\n" + kGood + "\n");
   const CliResult loud = RunCli("trace import-mooncake --in " + in + " --out " + a);
   EXPECT_EQ(loud.code, 0) << loud.output;
