@@ -29,6 +29,7 @@
 #include "cli/progress.h"
 #include "core/errors.h"
 #include "models/decode_eval.h"
+#include "models/gguf.h"
 #include "models/eval.h"
 
 namespace kvtier::cli {
@@ -443,6 +444,9 @@ int RunEval(const Args& args) {
   info.trace_sha256 = Sha256(data_hash);
   info.config = cfg.str();
   info.config_sha256 = Sha256(info.config + info.trace_sha256);
+  // A missing or malformed model file fails before the results file is created (it left an
+  // empty results file behind); the model's header is cheap to read, its weights load below.
+  (void)GgufFile::Open(model_path);
   ResultsDb db(out);  // an unwritable path fails here, before the model loads
   if (!decode_tasks.empty()) RequireDecodeSelectors(&db);
 

@@ -53,6 +53,10 @@ std::string ResolveConfigFile(const std::string& kind, const std::string& name_o
   return fs::absolute(path).lexically_normal().string();
 }
 
+// The longest prefix `model` tabulates: a billion tokens, far past any model's context (rows
+// beyond it are marked as a trend) and still a size the table's columns can print.
+constexpr long long kMaxTokens = 1LL << 30;
+
 std::vector<std::int64_t> ParseTokenList(const std::string& text) {
   std::vector<std::int64_t> out;
   std::stringstream ss(text);
@@ -61,6 +65,10 @@ std::vector<std::int64_t> ParseTokenList(const std::string& text) {
     try {
       long long v = ParseInt(item);
       if (v < 1) throw std::invalid_argument("must be >= 1");
+      // 10^14 tokens printed sizes of 10^16 KiB and 10^21 TFLOP as if they meant something.
+      if (v > kMaxTokens) {
+        throw std::invalid_argument("at most " + std::to_string(kMaxTokens) + " tokens (2^30)");
+      }
       // A repeat printed the same row twice; every other list flag calls it an error.
       if (std::find(out.begin(), out.end(), v) != out.end()) {
         throw std::invalid_argument("listed twice");

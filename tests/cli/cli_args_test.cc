@@ -193,6 +193,9 @@ TEST_F(CliArgsTest, AListFlagRepeatingAValueANegativeSeedOrCountExitsTwo) {
       {"trace stats no-such.kvt --decode-lags 1,2,2", "--decode-lags: 2 listed twice"},
       {"trace fit no-such.kvt --decode --decode-ks 8,8", "--decode-ks: 8 listed twice"},
       {"model opt-13b --tokens 128,1024,128", "--tokens: '128': listed twice"},
+      // (2026-12-02) It printed a KV size of 1.5e16 KiB and a recompute time of 1.4e22 ms.
+      {"model opt-13b --tokens 128,99999999999999",
+       "--tokens: '99999999999999': at most 1073741824"},
       {"trace info no-such.kvt --records -1", "--records: must be >= 0"},
       // Boost read "-1" into a seed as 2^64 - 1 and the trace said seed = 18446744073709551615.
       {"trace gen --requests 2 -o t.kvt --seed -1", "--seed: '-1' is not a whole number"},

@@ -7,8 +7,8 @@ target_compile_definitions(models_recorder_eval_test PRIVATE
 # The built binary: bad input (unit, no model needed) and the real SmolLM2 (slow; skips without
 # the model): record -> trace stats -> sim, eval on PIQA.
 kvtier_add_test(NAME models_record_eval_cli_test
-                SOURCES ${CMAKE_CURRENT_LIST_DIR}/record_eval_cli_test.cc LIBS SQLite::SQLite3
-                LABELS unit)
+                SOURCES ${CMAKE_CURRENT_LIST_DIR}/record_eval_cli_test.cc
+                LIBS SQLite::SQLite3 kvtier_models_testlib LABELS unit)
 kvtier_add_test(NAME models_record_eval_smollm2_test
                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/record_eval_smollm2_test.cc LIBS SQLite::SQLite3
                 LABELS slow)

@@ -2,10 +2,13 @@
 // and tasks, data that may not be committed (RTE, OpenBookQA) missing, bad flag values. All are
 // rejected before the model loads (exit 2, a message naming the problem), so no model is needed.
 
+#include <fstream>
+
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
 #include "tests/models/cli_run.h"
+#include "tests/models/tiny_model.h"
 
 namespace kvtier {
 namespace {
@@ -109,6 +112,20 @@ TEST_F(RecordEvalCliTest, AMultipleChoiceFlagWithOnlyDecodeTasksExitsTwoNamingTh
   EXPECT_NE(r.err.find("/nonexistent.gguf"), std::string::npos) << r.err;
 }
 
+// Regression (issue 18's class): a missing or malformed --model left an empty results file
+// behind (the file was created before the model was opened).
+TEST_F(RecordEvalCliTest, AMissingOrMalformedModelCreatesNoResultsFile) {
+  const fs::path out = dir_ / "r.sqlite";
+  const fs::path junk = dir_ / "junk.gguf";
+  { std::ofstream(junk) << "not a GGUF file at all"; }
+  for (const std::string& model : {std::string("/nonexistent.gguf"), junk.string()}) {
+    const auto r = RunKvtier(dir_, "eval --tasks copa --model " + model + " --out " + out.string());
+    EXPECT_EQ(r.code, 2) << model << ": " << r.err;
+    EXPECT_NE(r.err.find(model), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(out)) << model << ": nothing written on bad input";
+  }
+}
+
 // A results file whose accuracy table predates the decode selectors cannot take decode rows
 // (SQLite cannot change a CHECK): such a file has no schema version, so it is refused as an
 // older kvtier's file, a clear error before the model is loaded.
@@ -125,7 +142,10 @@ TEST_F(RecordEvalCliTest, DecodeRowsNeedAFileWithTheDecodeSelectors) {
                          nullptr, nullptr, nullptr),
             SQLITE_OK);
   sqlite3_close(h);
-  const auto r = RunKvtier(dir_, "eval --tasks texts --model /nonexistent.gguf --out " + db.string());
+  const fs::path model = dir_ / "tiny.gguf";  // any readable GGUF: the file is refused first
+  testing::WriteTinyLlama(model.string(), testing::TinySpec{});
+  const auto r = RunKvtier(dir_, "eval --tasks texts --model " + model.string() + " --out " +
+                                     db.string());
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("results database written by an older kvtier"), std::string::npos)
       << r.err;
