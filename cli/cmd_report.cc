@@ -29,6 +29,7 @@
 #include "cli/commands.h"
 #include "cli/subprocess.h"
 #include "core/errors.h"
+#include "core/input_file.h"
 
 namespace kvtier::cli {
 namespace {
@@ -99,6 +100,8 @@ void CheckDatabase(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) throw InputError(path + ": no such file");
   if (fs::is_directory(path, ec)) throw InputError(path + ": is a directory, not a results database");
+  // A FIFO or a device would block the read below (`report FIFO` hung, found probing).
+  RequireRegularFile(path, "a results database");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot read: " + std::strerror(errno));
   char head[16] = {};

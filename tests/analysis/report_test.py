@@ -490,6 +490,12 @@ class BadInput(unittest.TestCase):
             f.write("not a database\n")
         self.expect_error([path, "--out", "o"], "text.sqlite: not an SQLite database")
 
+    def test_a_fifo_is_refused_not_waited_on(self):
+        # Regression (probing, 2026-12-02): `report FIFO` blocked forever reading the header.
+        path = os.path.join(self.tmp, "pipe.sqlite")
+        os.mkfifo(path)
+        self.expect_error([path, "--out", "o"], "must be a regular file, not a FIFO")
+
     def test_sqlite_without_runs_table(self):
         path = os.path.join(self.tmp, "other.sqlite")
         con = sqlite3.connect(path)

@@ -227,6 +227,7 @@ TEST_F(ShardsTest, ShardsThatCannotBeMergedAreRefusedNamingTheFileBeforeAnyWrite
   EXPECT_NE(ErrorOf([&] { MergeShards({Path("a.sqlite"), Path("none.sqlite")}, out, {}); })
                 .find("none.sqlite: no such results file"),
             std::string::npos);
+  EXPECT_FALSE(fs::exists(out));
   EXPECT_NE(ErrorOf([&] { ReadShardRuns(Path("none.sqlite")); }).find("none.sqlite"),
             std::string::npos);
   // Not SQLite.
@@ -247,6 +248,9 @@ TEST_F(ShardsTest, ShardsThatCannotBeMergedAreRefusedNamingTheFileBeforeAnyWrite
       ErrorOf([&] { MergeShards({Path("a.sqlite"), Path("v7.sqlite")}, out, {}); });
   EXPECT_NE(version.find("v7.sqlite: results database of schema version 7"), std::string::npos)
       << version;
+  // Regression (probing, 2026-12-02): a shard refused once the output was open left an empty
+  // results file (the schema, no run) at --out.
+  EXPECT_FALSE(fs::exists(out)) << "a refused merge created its output";
   // Another table layout under the same version (a column missing).
   AddRun(Path("old.sqlite"), "p3", 1);
   {
