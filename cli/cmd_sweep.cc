@@ -192,11 +192,18 @@ int RunSweep(const Args& args) {
     for (const auto& [other, unused] : axes) {
       if (other == key) throw InputError("command line: --set " + key + ": set twice");
     }
+    // The same value written two ways (`select.retention=0.5,0.50`) ran the point twice under
+    // two configuration hashes.
+    const KeySpec& spec = *FindKey(key);
     for (std::size_t i = 0; i < values.size(); ++i) {
       for (std::size_t j = 0; j < i; ++j) {
         if (values[i] == values[j]) {
           throw InputError("command line: --set " + key + ": value '" + values[i] +
                            "' listed twice");
+        }
+        if (SameValue(spec, values[i], values[j])) {
+          throw InputError("command line: --set " + key + ": value '" + values[i] + "' is '" +
+                           values[j] + "' again (one value listed twice)");
         }
       }
     }

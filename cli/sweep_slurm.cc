@@ -16,6 +16,7 @@
 #include "analysis/shards.h"
 #include "cli/subprocess.h"
 #include "core/errors.h"
+#include "core/input_file.h"
 
 namespace kvtier::cli {
 namespace {
@@ -229,8 +230,8 @@ std::string SubmitSlurmJob(const std::string& dir, const std::string& array) {
 }
 
 std::vector<GridLine> ReadGrid(const std::string& grid_path) {
-  std::ifstream in(grid_path);
-  if (!in) throw InputError(grid_path + ": cannot read the grid file");
+  // Read once and bounded: `--grid /dev/zero` grew one endless line until memory ran out.
+  std::istringstream in(ReadInputFile(grid_path, kMaxDataFileBytes, "grid file"));
   std::vector<GridLine> lines;
   std::string line;
   int n = 0;

@@ -132,6 +132,34 @@ void ValidateValue(const KeySpec& spec, const std::string& text) {
   }
 }
 
+bool SameValue(const KeySpec& spec, const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  try {
+    switch (spec.type) {
+      case KeyType::kString:
+      case KeyType::kPath:
+      case KeyType::kEnum:
+        return false;
+      case KeyType::kInt:
+        return ParseInt(a) == ParseInt(b);
+      case KeyType::kDouble:
+        return ParseDouble(a) == ParseDouble(b);
+      case KeyType::kBool:
+        return ParseBool(a) == ParseBool(b);
+      case KeyType::kBytes:
+        return ParseBytes(a) == ParseBytes(b);
+      case KeyType::kBandwidth:
+        return ParseBandwidth(a) == ParseBandwidth(b);
+      case KeyType::kDuration:
+        return ParseDuration(a) == ParseDuration(b);
+      case KeyType::kRate:
+        return ParseRate(a) == ParseRate(b);
+    }
+  } catch (const std::invalid_argument&) {
+  }
+  return false;
+}
+
 namespace {
 
 std::string Trim(const std::string& s) {

@@ -123,6 +123,10 @@ std::string StripIniComments(std::istream& in, const std::string& path);
 
 // Validates `text` against `spec`; throws std::invalid_argument saying what was expected.
 void ValidateValue(const KeySpec& spec, const std::string& text);
+// Whether `a` and `b` are one value of `spec`'s type written two ways ("0.5" and "0.50",
+// "1GiB" and "1024MiB", "30s" and "30000ms", "true" and "1"); text equality for strings,
+// paths and enums. False when either is not a valid value (its own error comes elsewhere).
+bool SameValue(const KeySpec& spec, const std::string& a, const std::string& b);
 
 // The directory holding models/, hardware/, systems/ (and experiments/): $KVTIER_CONFIG_DIR,
 // else the nearest ancestor `configs/` of `near_path`, else the source tree's configs/.

@@ -234,6 +234,15 @@ TEST_F(SimCliTest, SweepOfAKeySetTwiceOrAValueListedTwiceExitsTwo) {
   r = Run("sweep --config " + e + " --systems as --set itf.alpha=0,0.6,0 --out " + db);
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_NE(r.err.find("--set itf.alpha: value '0' listed twice"), std::string::npos) << r.err;
+  // (2026-12-02) One value written two ways ran the point twice under two configuration hashes.
+  for (const auto& [set, message] : std::vector<std::pair<std::string, std::string>>{
+           {"select.retention=0.5,0.50", "--set select.retention: value '0.50' is '0.5' again"},
+           {"cache.gpu_capacity=1GiB,1024MiB", "value '1024MiB' is '1GiB' again"},
+           {"reorder.interval=30s,1min,30000ms", "value '30000ms' is '30s' again"}}) {
+    r = Run("sweep --config " + e + " --systems as --set " + set + " --out " + db);
+    EXPECT_EQ(r.code, 2) << set << ": " << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << set << ": " << r.err;
+  }
   EXPECT_FALSE(fs::exists(db));
 }
 

@@ -617,4 +617,24 @@ TEST(ExpandHomeTest, ReplacesOnlyALeadingTildeSlash) {
   EXPECT_EQ(ExpandHome(""), "");
 }
 
+// sweep --set compares its values with SameValue: one value written two ways is a repeat.
+TEST(SameValueTest, ComparesValuesOfTheKeysTypeNotTheirText) {
+  const auto same = [](const char* key, const char* a, const char* b) {
+    return SameValue(*FindKey(key), a, b);
+  };
+  EXPECT_TRUE(same("select.retention", "0.5", "0.50"));
+  EXPECT_TRUE(same("select.retention", "0.5", "5e-1"));
+  EXPECT_FALSE(same("select.retention", "0.5", "0.25"));
+  EXPECT_TRUE(same("cache.gpu_capacity", "1GiB", "1024MiB"));
+  EXPECT_FALSE(same("cache.gpu_capacity", "1GiB", "1GB"));
+  EXPECT_TRUE(same("reorder.interval", "30s", "30000ms"));
+  EXPECT_TRUE(same("cache.chunk_tokens", "64", "064"));
+  EXPECT_FALSE(same("cache.chunk_tokens", "64", "32"));
+  // Text for names; an invalid value is no value (its own error comes from validation).
+  EXPECT_FALSE(same("cache.policy", "lru", "LRU"));
+  EXPECT_TRUE(same("cache.policy", "lru", "lru"));
+  EXPECT_FALSE(same("select.retention", "abc", "abd"));
+  EXPECT_FALSE(same("cache.gpu_capacity", "1GiB", "lots"));
+}
+
 }  // namespace kvtier

@@ -100,5 +100,8 @@ expect_2 "--points-per-task must be >= 1" "$kvtier" sweep "${grid[@]}" --slurm j
 expect_2 "--points '3-1': expected FIRST-LAST" "$kvtier" sweep "${grid[@]}" --out r.sqlite --points 3-1
 expect_2 "--points 9: the grid has 6 points" "$kvtier" sweep "${grid[@]}" --out r.sqlite --points 9
 expect_2 "--grid checks the points of --points" "$kvtier" sweep "${grid[@]}" --out r.sqlite --grid job/grid.tsv
-expect_2 "nonexistent/grid.tsv: cannot read the grid file" "$kvtier" sweep --status nonexistent
+expect_2 "nonexistent/grid.tsv: cannot open grid file" "$kvtier" sweep --status nonexistent
+# Regression (probing, 2026-12-02): an endless --grid grew one line until memory ran out.
+expect_2 "/dev/zero: grid file is larger than 256 MiB" \
+  "$kvtier" sweep "${grid[@]}" --out r.sqlite --points 0-1 --grid /dev/zero
 echo "slurm_jobdir_test: passed"
