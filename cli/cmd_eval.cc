@@ -28,6 +28,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "core/errors.h"
+#include "core/input_file.h"
 #include "models/decode_eval.h"
 #include "models/gguf.h"
 #include "models/eval.h"
@@ -400,7 +401,11 @@ int RunEval(const Args& args) {
     std::error_code ec;
     if (std::filesystem::is_directory(text_dir, ec)) {
       for (const auto& e : std::filesystem::directory_iterator(text_dir)) {
-        if (e.path().extension() == ".txt") text_files.push_back(e.path().string());
+        if (e.path().extension() != ".txt") continue;
+        // Each text is read twice (hashed for the run, then tokenized): a FIFO would block
+        // the second read.
+        RequireRegularFile(e.path().string(), "decode text");
+        text_files.push_back(e.path().string());
       }
     }
     std::sort(text_files.begin(), text_files.end());

@@ -10,24 +10,20 @@
 #include <cmath>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <random>
-#include <sstream>
 #include <thread>
 
 #include "core/errors.h"
+#include "core/input_file.h"
 
 namespace kvtier {
 namespace {
 
+// Bounded like every text read whole (core/input_file.h): an endless file stops with an error.
 std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot read");
-  std::stringstream ss;
-  ss << in.rdbuf();
   std::string s;
-  for (char c : ss.str()) {
+  for (char c : ReadInputFile(path, kMaxDataFileBytes, "decode text")) {
     if (c != '\r') s.push_back(c);
   }
   return s;

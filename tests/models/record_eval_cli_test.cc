@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include "tests/models/cli_run.h"
 #include "tests/models/tiny_model.h"
@@ -124,6 +125,24 @@ TEST_F(RecordEvalCliTest, AMissingOrMalformedModelCreatesNoResultsFile) {
     EXPECT_NE(r.err.find(model), std::string::npos) << r.err;
     EXPECT_FALSE(fs::exists(out)) << model << ": nothing written on bad input";
   }
+}
+
+// Regression (probing, 2026-12-02): a FIFO among the decode texts blocked eval for ever (each
+// text is read twice: hashed, then tokenized).
+TEST_F(RecordEvalCliTest, AFifoAmongTheDecodeTextsExitsTwoNamingIt) {
+  const fs::path data = dir_ / "data";
+  fs::create_directories(data / "texts");
+  { std::ofstream(data / "texts" / "a.txt") << "A text of a few words.\n"; }
+  const fs::path fifo = data / "texts" / "b.txt";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const fs::path out = dir_ / "r.sqlite";
+  const auto r = RunKvtier(dir_, "eval --tasks texts --data-dir " + data.string() + " --out " +
+                                     out.string());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find(fifo.string() + ": decode text must be a regular file, not a FIFO"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(out));
 }
 
 // A results file whose accuracy table predates the decode selectors cannot take decode rows
