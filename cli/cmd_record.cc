@@ -100,6 +100,7 @@ int RunTraceRecord(const Args& args) {
     return 0;
   }
   if (out.empty()) throw InputError("--out is required");
+  CheckOutputIsNotInput(out, "--out", model_path, "the --model file");
   if (prompts < 1 || queries < 1) throw InputError("--prompts and --queries must be >= 1");
   ro.decode_quant.improved_1bit = !original_1bit;
   if (ro.decode_steps > 0 && ro.decode_bits != 0) {

@@ -103,6 +103,7 @@ struct Options {
   void Flag(const char* name, bool* var, const char* help) {
     cmd.add_options()(name, po::bool_switch(var), help);
   }
+  std::string config_path;  // the --config INI Parse read ("" without one)
 };
 
 // Parses args (and an INI named by --config, whose values the command line overrides).
@@ -120,6 +121,7 @@ bool Parse(Options* o, const Args& args, const char* command, const char* usage,
     auto it = vm.find("config");
     if (it != vm.end()) {
       const std::string path = it->second.as<std::string>();
+      o->config_path = path;
       std::istringstream file(
           ReadInputFile(path, kMaxConfigFileBytes, "configuration file", InputKind::kConfig));
       std::istringstream in(StripIniComments(file, path));  // ';' comments too
@@ -289,6 +291,8 @@ int RunGen(const Args& args) {
     return 0;
   }
   if (out.empty()) throw InputError("--out is required");
+  CheckOutputIsNotInput(out, "--out", o.config_path, "the --config file");
+  CheckOutputIsNotInput(out, "--out", like, "the --like trace");
   if (!decode_params.empty() && like.empty()) {
     throw InputError("decode.params: decode sets are generated only with --like (on a trace's decode steps)");
   }
@@ -511,6 +515,7 @@ int RunFit(const Args& args) {
   if (trace.empty()) throw InputError("a trace file is required");
   // The INI is written after the fit (minutes): an unwritable --out failed only then.
   if (!out.empty()) CheckOutputFile(out, "--out");
+  CheckOutputIsNotInput(out, "--out", trace, "the input trace");
   if (decode) {
     dfo.ks = ParseWholeList("decode-ks", decode_ks, /*allow_empty=*/true);
     dfo.lags = ParseWholeList("decode-lags", decode_lags, /*allow_empty=*/false);

@@ -132,6 +132,20 @@ po::value_semantic* UnsignedValue(const std::string& name, std::uint64_t* var) {
   });
 }
 
+void CheckOutputIsNotInput(const std::string& out, const char* flag, const std::string& in,
+                           const char* what) {
+  namespace fs = std::filesystem;
+  if (out.empty() || in.empty()) return;
+  std::error_code ec;
+  const bool same =
+      fs::absolute(out, ec).lexically_normal() == fs::absolute(in, ec).lexically_normal() ||
+      fs::equivalent(out, in, ec);
+  if (same) {
+    throw InputError(out + ": " + flag + " is " + what + " " + in +
+                     "; writing it would replace the input: name another output");
+  }
+}
+
 void CheckOutputFile(const std::string& path, const char* flag) {
   namespace fs = std::filesystem;
   if (path.empty()) throw InputError(std::string(flag) + ": an empty path names no file");

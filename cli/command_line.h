@@ -57,6 +57,12 @@ boost::program_options::value_semantic* UnsignedValue(const std::string& name, s
 // root everywhere: the file is opened for writing (not truncated), or a file is created and at
 // once removed in that directory. Leaves nothing behind. Throws InputError naming both.
 void CheckOutputFile(const std::string& path, const char* flag);
+// Throws InputError when the file `out` given to `flag` is the input `in` (`what`: "the input
+// trace"), named the same way, another way (./t.kvt, a link) or through a hard link: the
+// output would replace the input (`trace fit t.kvt --out t.kvt` wrote its INI over the trace).
+// Nothing is checked when either path is empty.
+void CheckOutputIsNotInput(const std::string& out, const char* flag, const std::string& in,
+                           const char* what);
 
 // Rethrows boost's `e` as InputError("command line: <what> (...)"): for an unknown option the
 // parenthesis lists `visible`'s options, otherwise it points at `kvtier <command> --help`.

@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -179,6 +182,39 @@ TEST_F(CliArgsTest, AFitOrProfileOntoADirectoryExitsTwoBeforeAnyWork) {
   r = Run("calibrate --quick --out " + dir_.string());
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_NE(r.err.find("--out is a directory"), std::string::npos) << r.err;
+}
+
+// Regression (probing, 2026-12-02): an output named as an input replaced it: `trace fit t.kvt
+// --out t.kvt` wrote its INI over the trace, `trace gen --config g.ini --out g.ini` its trace over
+// the INI, `trace record --out` over the model. Each exits 2 before any work, the input intact,
+// however the two are named (the same, ./x, a hard link).
+TEST_F(CliArgsTest, AnOutputNamingTheCommandsInputExitsTwoAndLeavesTheInput) {
+  const std::string trace = Write("t.kvt", "a trace the command must not overwrite\n");
+  const std::string ini = Write("g.ini", "[workload]\n");
+  const std::string model = Write("m.gguf", "a model the command must not overwrite\n");
+  const std::filesystem::path link = dir_ / "link.gguf";
+  std::filesystem::create_hard_link(model, link);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"trace fit " + trace + " --out " + trace, "is the input trace"},
+      {"trace fit " + trace + " --out " + (dir_ / "." / "t.kvt").string(), "is the input trace"},
+      {"trace gen --config " + ini + " --out " + ini, "is the --config file"},
+      {"trace gen --like " + trace + " --out " + trace, "is the --like trace"},
+      {"trace record --model " + model + " --out " + model, "is the --model file"},
+      {"trace record --model " + model + " --out " + link.string(), "is the --model file"},
+  };
+  for (const auto& [args, message] : cases) {
+    Result r = Run(args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.err;
+    EXPECT_NE(r.err.find(message + std::string(" ")), std::string::npos) << args << ": " << r.err;
+    EXPECT_NE(r.err.find("writing it would replace the input"), std::string::npos) << r.err;
+  }
+  const auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(read(trace), "a trace the command must not overwrite\n");
+  EXPECT_EQ(read(ini), "[workload]\n");
+  EXPECT_EQ(read(model), "a model the command must not overwrite\n");
 }
 
 // Regression (probing, 2026-12-01, second sitting): the list flags of `trace stats`, `trace fit`
