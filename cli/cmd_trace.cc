@@ -496,6 +496,8 @@ int RunFit(const Args& args) {
   o.Add<std::string>(nullptr, "model", &model, "v4: fit every parameter of importance model v4 (default); v3, v2: of model v3, v2; v1: version 1's calibration targets");
   o.Add<double>(nullptr, "retention", &retention, "retention the fit measures at (v4, v3, v2: 0.25; v1: 0.4)");
   o.Add<std::int64_t>(nullptr, "importance-requests", &opt.importance_requests, "requests sampled (64)");
+  bool quiet = false;
+  o.Flag("quiet", &quiet, "no progress on stderr");
   o.Add<int>(nullptr, "rounds", &v2.rounds, "v2 to v4: rounds of the fit (3)");
   o.Add<std::uint64_t>(nullptr, "seed", &v2.seed, "v2 to v4: seed of the fitted model (1)");
   o.Add<int>(nullptr, "factors", &v2.factors, "v3, v4: fields shared across layers (4)");
@@ -543,10 +545,17 @@ int RunFit(const Args& args) {
   if (model != "v1") {
     v2.retention = retention;
     v2.requests = opt.importance_requests;
-    ini = FormatModelFitIni(model == "v4"   ? FitImportanceV4(trace, v2)
-                            : model == "v3" ? FitImportanceV3(trace, v2)
-                                            : FitImportanceV2(trace, v2),
-                            trace);
+    // Minutes on a large model's trace, silent before (the count of steps depends on the
+    // data, so the line says the step and the evaluations, not an ETA).
+    ProgressOptions po;
+    po.quiet = quiet;
+    Progress progress("trace fit", "model evaluations", 0, po);
+    v2.progress = [&](const std::string& step, std::int64_t n) { progress.Update(n, step); };
+    const ModelFit fit = model == "v4"   ? FitImportanceV4(trace, v2)
+                         : model == "v3" ? FitImportanceV3(trace, v2)
+                                         : FitImportanceV2(trace, v2);
+    progress.Finish();
+    ini = FormatModelFitIni(fit, trace);
   } else {
     ini = FormatFitIni(FitImportance(trace, retention, opt));
   }

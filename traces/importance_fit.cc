@@ -122,9 +122,23 @@ struct FitContext {
   std::vector<Sample> samples;
   int L = 0;
 
+  // Progress (ModelFitOptions::progress): the step under way and the evaluations so far.
+  std::function<void(const std::string&, std::int64_t)> progress;
+  std::string step = "start";
+  mutable std::int64_t evaluations = 0;
+
   const StructureStats& rec() const { return *fit.recorded.structure; }
   ImportanceStats Measure(const ProceduralParams& q) const {
-    return kvtier::Measure(q, fit.model, samples, sopt);
+    ImportanceStats s = kvtier::Measure(q, fit.model, samples, sopt);
+    ++evaluations;
+    if (progress) progress(step, evaluations);
+    return s;
+  }
+  // Names the step that the next evaluations belong to: "round 2 of 3: layers".
+  void Step(int round, int rounds, const char* what) {
+    step = (round < rounds ? "round " + std::to_string(round + 1) + " of " + std::to_string(rounds)
+                           : std::string("final pass")) +
+           ": " + what;
   }
 };
 
@@ -144,6 +158,7 @@ FitContext LoadFit(const std::string& path, const ModelFitOptions& o) {
                      std::to_string(o.structure.min_tokens) + " reusable tokens to fit");
   }
   c.L = c.fit.model.layers;
+  c.progress = o.progress;
   return c;
 }
 
@@ -252,10 +267,15 @@ ModelFit FitImportanceV2(const std::string& path, const ModelFitOptions& o) {
   p.persistent = 0.4;
   auto measure = [&](const ProceduralParams& q) { return c.Measure(q); };
   for (int round = 0; round < o.rounds; ++round) {
+    c.Step(round, o.rounds, "head agreement");
     FitHeadCorr(c, &p);
+    c.Step(round, o.rounds, "head spread");
     FitHeadSpread(c, &p);
+    c.Step(round, o.rounds, "recency");
     FitRecency(c, &p);
+    c.Step(round, o.rounds, "query shares");
     FitQueryShares(c, &p);
+    c.Step(round, o.rounds, "layer structure");
     // Layer structure: least squares over the Jaccard-by-distance curve, coordinate-wise
     // golden-section search over persistence and the two chains; between two passes, the
     // positional smoothing by bisection on the chunks the stored order touches at the smallest
@@ -628,13 +648,21 @@ ModelFit FitImportanceV3Or4(const std::string& path, const ModelFitOptions& o, i
     p.focus_tokens = best.focus_tokens;
   };
   for (int round = 0; round < o.rounds; ++round) {
+    c.Step(round, o.rounds, "skew");
     if (model >= 4) FitSkew(c, &p);
+    c.Step(round, o.rounds, "head agreement");
     FitHeadCorr(c, &p);
+    c.Step(round, o.rounds, "head spread");
     FitHeadSpread(c, &p);
+    c.Step(round, o.rounds, "recency");
     FitRecency(c, &p);
+    c.Step(round, o.rounds, "query shares");
     FitQueryShares(c, &p);
+    c.Step(round, o.rounds, "focus");
     fit_focus();
+    c.Step(round, o.rounds, "layer fields");
     fit_layers(6);
+    c.Step(round, o.rounds, "smoothing");
     FitSmooth(c, &p);
   }
   // The focus and the layer fields move head agreement and the query statistics, so the
@@ -646,6 +674,7 @@ ModelFit FitImportanceV3Or4(const std::string& path, const ModelFitOptions& o, i
   // 0.181 after one pass against 0.168 recorded, the packing saving 3.4 points too high), so
   // version 4 makes this pass twice.
   for (int pass = 0; pass < (model >= 4 ? 2 : 1); ++pass) {
+    c.Step(o.rounds, o.rounds, "skew, head agreement and spread, query shares, layer fields");
     if (model >= 4) FitSkew(c, &p);
     FitHeadCorr(c, &p);
     FitHeadSpread(c, &p);

@@ -33,6 +33,7 @@
 // checked (`trace gen --like T --config fit.ini`).
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,10 @@ struct ModelFitOptions {
   int rounds = 3;
   std::uint64_t seed = 1;
   int factors = 4;  // versions 3, 4: K, the fields shared across layers
+  // Called after each evaluation of a candidate model (the fit's unit of work; a fit of a
+  // 40-layer, 40-head trace makes hundreds, minutes in all) with the step it belongs to
+  // ("round 1 of 3: head agreement") and the evaluations so far. Optional.
+  std::function<void(const std::string& step, std::int64_t evaluations)> progress;
 };
 
 struct ModelFit {

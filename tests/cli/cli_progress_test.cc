@@ -57,6 +57,26 @@ TEST_F(ProgressCliTest, TraceGenReportsCalibrationAndRecordsAndIsQuietWithQuiet)
   EXPECT_EQ(r.out, "");
 }
 
+// (2026-12-02) `trace fit` of a 40-layer, 40-head trace ran for minutes without a word; it now
+// counts its model evaluations, naming the step, and prints the same INI with --quiet.
+TEST_F(ProgressCliTest, TraceFitCountsItsModelEvaluationsAndIsQuietWithQuiet) {
+  const std::string trace = (dir_ / "f.kvt").string();
+  ASSERT_EQ(Run("trace gen --quiet --out " + trace + " --requests 4 --model-name tiny "
+                "--model-layers 2 --model-heads 2 --model-kv-heads 2 --vocab 1000").code,
+            0);
+  const std::string fit = "trace fit " + trace + " --rounds 1";
+  CliResult r = Run(fit);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err.rfind("[trace fit] ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(" model evaluations  "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("model evaluations/s  done in"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("[importance]\nparams = "), std::string::npos) << r.out;
+  CliResult q = Run(fit + " --quiet");
+  ASSERT_EQ(q.code, 0) << q.err;
+  EXPECT_EQ(q.err, "");
+  EXPECT_EQ(q.out, r.out) << "progress changes nothing the fit writes";
+}
+
 TEST_F(ProgressCliTest, HwAndValidateCountTheTraceRequestsAndAreQuietWithQuiet) {
   const std::string x = HwExperiment();
   CliResult r = Run("hw --config " + x + " --out " + (dir_ / "h.sqlite").string());
