@@ -153,7 +153,19 @@ int RunCalibrate(const Args& args) {
   // The profile is written after a minute of measuring: a path it cannot be written to
   // ('--out ""', a directory, a read-only place) failed only then, with ": cannot write".
   CheckOutputFile(out, "--out");
+  // `--out x.ini --config x.ini` wrote the profile over the experiment.
+  CheckOutputIsNotInput(out, "--out", config_path, "the --config experiment");
   fs::path out_path(out);
+  if (!o.dir.empty()) {
+    // A FIFO or file here was an internal error after the first measurement; a missing path
+    // was created (and left behind), so a typo measured whatever disk held its parent.
+    std::error_code ec;
+    if (!fs::exists(o.dir, ec)) {
+      throw InputError("--dir " + o.dir + ": no such directory (give a directory on the disk "
+                       "to measure)");
+    }
+    if (!fs::is_directory(o.dir, ec)) throw InputError("--dir " + o.dir + ": not a directory");
+  }
   if (o.dir.empty()) {
     // `--out /dev/null` (to see the numbers only) measured /dev, a RAM file system, as the SSD.
     std::error_code ec;

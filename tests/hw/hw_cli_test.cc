@@ -3,13 +3,16 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/config.h"
@@ -206,6 +209,38 @@ TEST(KvtierCalibrate, AnOutUnderProcOrAFileOrNotARegularFileExitsTwoBeforeMeasur
   EXPECT_EQ(RunCmd(Kvtier() + " calibrate --quick --out /dev/null", &out), 2) << out;
   EXPECT_NE(out.find("--out is not a regular file"), std::string::npos) << out;
   EXPECT_EQ(out.find("measuring"), std::string::npos) << out;
+}
+
+// Regression (probing, 2026-12-02): `--dir FIFO` was an internal error (exit 1) after the first
+// measurement; a missing --dir was created and left behind; `--out x.ini --config x.ini` wrote
+// the profile over the experiment. Each exits 2 before measuring, the experiment intact.
+TEST(KvtierCalibrate, ADirThatIsNoDirectoryOrAnOutThatIsTheConfigExitsTwoBeforeMeasuring) {
+  const std::string d = ::testing::TempDir() + "/calib_dir_" + std::to_string(::getpid());
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  ASSERT_EQ(::mkfifo((d + "/fifo").c_str(), 0600), 0);
+  { std::ofstream(d + "/file") << "x"; }
+  const std::string experiment = d + "/x.ini";
+  const std::string text = "[include]\nmodel = smollm2-135m\nhardware = a100-pcie4-nvme\n";
+  { std::ofstream(experiment) << text; }
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--dir " + d + "/fifo", "--dir " + d + "/fifo: not a directory"},
+      {"--dir " + d + "/file", "--dir " + d + "/file: not a directory"},
+      {"--dir " + d + "/missing", "--dir " + d + "/missing: no such directory"},
+      {"--config " + experiment + " --out " + experiment, "is the --config experiment"},
+  };
+  for (const auto& [args, message] : cases) {
+    std::string out;
+    const std::string o = args.find("--out") == std::string::npos ? " --out " + d + "/p.ini" : "";
+    EXPECT_EQ(RunCmd(Kvtier() + " calibrate --quick " + args + o, &out), 2)
+        << args << ": " << out;
+    EXPECT_NE(out.find(message), std::string::npos) << args << ": " << out;
+    EXPECT_EQ(out.find("measuring"), std::string::npos) << args << ": " << out;
+  }
+  EXPECT_FALSE(std::filesystem::exists(d + "/missing"));
+  std::ifstream in(experiment);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), text);
+  std::filesystem::remove_all(d);
 }
 
 // Regression (probing, 2026-12-01, second sitting): a calibration killed while it read its
