@@ -44,7 +44,9 @@ class Stmt {
   bool Step(const std::string& path) {
     int rc = sqlite3_step(stmt_);
     if (rc == SQLITE_ROW) return true;
-    if (rc != SQLITE_DONE) throw InputError(path + ": write failed: " + sqlite3_errmsg(db_));
+    if (rc != SQLITE_DONE) {
+      throw ResultsWriteError(path + ": write failed: " + sqlite3_errmsg(db_));
+    }
     return false;
   }
   // Every caller binds every parameter before the next step, so bindings are not cleared.
@@ -365,7 +367,7 @@ void ResultsDb::Exec(const std::string& sql) {
   if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
     std::string msg = err ? err : "unknown error";
     sqlite3_free(err);
-    throw InputError(path_ + ": " + msg);
+    throw ResultsWriteError(path_ + ": " + msg);
   }
 }
 

@@ -7,7 +7,9 @@
 // 'running'). Several processes may write one file (sweeps): writes
 // wait on the lock (busy timeout) instead of failing.
 //
-// Errors opening or writing the file are InputErrors naming the path (exit 2 in the CLI).
+// Errors opening or writing the file are InputErrors naming the path (exit 2 in the CLI); a
+// failed write or statement is a ResultsWriteError, which a run in progress turns into a
+// failed run (Experiment::Run: RunFailed, exit 3): the disk filling mid-run is not bad input.
 // Not thread-safe: one ResultsDb per thread/process.
 //
 // Schema versions: a file records the version of the schema it was created with in
@@ -18,12 +20,20 @@
 #include <string>
 
 #include "core/config.h"
+#include "core/errors.h"
 #include "core/options.h"
 #include "core/run_log.h"
 
 struct sqlite3;
 
 namespace kvtier {
+
+// A statement on the results file failed: a write (disk full, an I/O error, a lock held past
+// the busy timeout) or a transaction. Before a run begins it is an unusable output (exit 2).
+class ResultsWriteError : public InputError {
+ public:
+  explicit ResultsWriteError(const std::string& what) : InputError(what) {}
+};
 
 // The version of analysis/schema.sql + views.sql, stored in PRAGMA user_version. Bump it with
 // every change of either file (tests/analysis/results_db_test.cc pins the text to it).

@@ -29,6 +29,29 @@ ExperimentResult Experiment::Run(ExperimentBackend& backend, const ReplayProgres
   ResultsDb db(out_path_);
   const RunInfo info = MakeRunInfo(backend.mode(), config_, opts_, trace_path_);
   const long long run_id = db.BeginRun(info);
+  try {
+    return Serve(db, run_id, info, backend, progress);
+  } catch (const ResultsWriteError& e) {
+    // The results file failed under the run (the disk filled, an I/O error): a run-time
+    // failure like any other, marked failed where the file still takes the mark.
+    const double wall_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+    const std::string error = std::string("results file: ") + e.what();
+    bool marked = true;
+    try {
+      db.FailRun(run_id, wall_s, error);
+    } catch (const std::exception&) {
+      marked = false;
+    }
+    throw RunFailed("system " + opts_.system.name + ", run " + std::to_string(run_id) + ": " +
+                    error +
+                    (marked ? "" : " (the run could not be marked failed either: it stays "
+                                   "incomplete, complete = 0)"));
+  }
+}
+
+ExperimentResult Experiment::Serve(ResultsDb& db, long long run_id, const RunInfo& info,
+                                   ExperimentBackend& backend, const ReplayProgressFn& progress) {
   std::unique_ptr<RunLog> db_log = db.NewRunLog(run_id, config_.GetBool("log.transfers"));
   RunLog& log = *db_log;
 

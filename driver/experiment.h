@@ -45,6 +45,7 @@
 
 namespace kvtier {
 
+class ResultsDb;
 struct RunInfo;
 
 // One request handed to a backend to serve.
@@ -131,12 +132,18 @@ class Experiment {
   void CheckTrace();
 
   // Runs the experiment on `backend` (see above) and returns what it did. Throws InputError
-  // when the results file cannot be written (the run, if begun, stays incomplete), RunFailed
-  // after recording a run-time failure.
+  // when the results file cannot be opened or the run not begun in it, RunFailed after
+  // recording a run-time failure -- a write to the results file that fails once the run has
+  // begun (the disk filled) included: the run is then marked failed if the file still takes
+  // that, else it stays incomplete.
   // REQUIRES: CheckTrace() returned; Run not called before.
   ExperimentResult Run(ExperimentBackend& backend, const ReplayProgressFn& progress);
 
  private:
+  // Run's body once run `run_id` is begun in `db`.
+  ExperimentResult Serve(ResultsDb& db, long long run_id, const RunInfo& info,
+                         ExperimentBackend& backend, const ReplayProgressFn& progress);
+
   const Config& config_;
   ExperimentOptions opts_;
   std::string trace_path_, out_path_;

@@ -222,6 +222,31 @@ TEST_F(SimCliTest, SweepRunsTheGridAndResumes) {
   EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM runs WHERE complete = 1"), "6");
 }
 
+// Regression (probing, 2026-12-02): a results file that stopped taking writes in the middle of
+// a run (the disk filled) ended the run as bad input, exit 2, its run left 'running' as if
+// killed. It is a run-time failure: exit 3, the run marked failed with the error, the file
+// consistent. Here a file-size limit (ulimit -f, SIGXFSZ ignored) stands in for the full disk.
+TEST_F(SimCliTest, AResultsFileThatStopsTakingWritesMidRunFailsTheRunWithExitThree) {
+  const std::string e = Experiment(Trace(100));
+  const std::string db = (dir_ / "r.sqlite").string();
+  const std::string cmd = "bash -c \"trap '' XFSZ; ulimit -f 200; exec '" +
+                          std::string(KVTIER_BIN) + "' sim --config " + e +
+                          " --systems as --quiet --out " + db + "\" 2>'" +
+                          (dir_ / "stderr").string() + "' >/dev/null";
+  const int status = std::system(cmd.c_str());
+  std::ifstream in(dir_ / "stderr");
+  const std::string err(std::istreambuf_iterator<char>(in), {});
+  ASSERT_TRUE(WIFEXITED(status)) << err;
+  EXPECT_EQ(WEXITSTATUS(status), 3) << err;
+  EXPECT_NE(err.find("run failed: system as, run 1: results file: " + db + ": "),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(Query(db, "PRAGMA integrity_check"), "ok");
+  EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM runs"), "1");
+  EXPECT_EQ(Query(db, "SELECT status || ' ' || complete FROM runs"), "failed 0");
+  EXPECT_EQ(Query(db, "SELECT error LIKE 'results file: %' FROM runs"), "1");
+}
+
 // Regression (issue 18's class): `--set k=1GiB --set k=2GiB` ran one point, labelled with both
 // values, at 2GiB; a value listed twice ran the same point twice. Both exit 2 before any run.
 TEST_F(SimCliTest, SweepOfAKeySetTwiceOrAValueListedTwiceExitsTwo) {
