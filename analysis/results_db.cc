@@ -4,9 +4,11 @@
 
 #include <chrono>
 #include <ctime>
-#include <vector>
-#include <utility>
+#include <filesystem>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "core/errors.h"
 
@@ -286,6 +288,19 @@ class SqliteRunLog : public RunLog {
 };
 
 }  // namespace
+
+NewResultsFileGuard::NewResultsFileGuard(std::string path) : path_(std::move(path)) {
+  std::error_code ec;
+  keep_ = std::filesystem::exists(path_, ec) || ec;  // an existing file is never removed
+}
+
+NewResultsFileGuard::~NewResultsFileGuard() {
+  if (keep_) return;
+  std::error_code ec;
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+    std::filesystem::remove(path_ + suffix, ec);
+  }
+}
 
 ResultsDb::ResultsDb(const std::string& path) : path_(path) {
   // NOMUTEX: a ResultsDb is used from one thread (RunLog is not thread-safe either), so

@@ -28,6 +28,24 @@ struct sqlite3;
 
 namespace kvtier {
 
+// Removes the results file at `path` (with its -wal, -shm and -journal files) when the scope
+// ends without Keep() and the file did not exist when the guard was made: a command that
+// fails before its first run (a bad model, a bad shard) leaves no empty results file of its
+// own making behind, and never touches a file that was there. Declare it before the
+// ResultsDb, so the connection is closed when it removes the file.
+class NewResultsFileGuard {
+ public:
+  explicit NewResultsFileGuard(std::string path);
+  ~NewResultsFileGuard();
+  NewResultsFileGuard(const NewResultsFileGuard&) = delete;
+  NewResultsFileGuard& operator=(const NewResultsFileGuard&) = delete;
+  void Keep() { keep_ = true; }
+
+ private:
+  std::string path_;
+  bool keep_;
+};
+
 // A statement on the results file failed: a write (disk full, an I/O error, a lock held past
 // the busy timeout) or a transaction. Before a run begins it is an unusable output (exit 2).
 class ResultsWriteError : public InputError {

@@ -305,25 +305,17 @@ std::vector<MergeShardReport> MergeShards(
       throw InputError(shard + ": is the merge's output file; write to another --out");
     }
   }
-  std::error_code ec;
-  const bool out_existed = fs::exists(out, ec);
-  // Creates the file and its schema, or checks the existing one's.
-  auto target = std::make_unique<ResultsDb>(out);
-  sqlite3* db = target->handle();
-  // Every shard's schema before anything is written. A refused merge leaves no output file of
-  // its own making behind (it left an empty results file, only the schema, found probing).
-  try {
-    for (const std::string& shard : shards) {
-      AttachShard(db, shard, out);
-      Exec(db, "DETACH DATABASE shard", out);
-    }
-  } catch (...) {
-    if (!out_existed) {
-      target.reset();
-      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(out + suffix, ec);
-    }
-    throw;
+  // A refused merge leaves no output file of its own making behind (it left an empty results
+  // file, only the schema, found probing).
+  NewResultsFileGuard new_file(out);
+  ResultsDb target(out);  // creates the file and its schema, or checks the existing one's
+  sqlite3* db = target.handle();
+  // Every shard's schema before anything is written.
+  for (const std::string& shard : shards) {
+    AttachShard(db, shard, out);
+    Exec(db, "DETACH DATABASE shard", out);
   }
+  new_file.Keep();
   // Each copied row references the run inserted in the same transaction, so the per-row
   // foreign-key probe proves nothing (as in SqliteRunLog's batches).
   Exec(db, "PRAGMA foreign_keys = OFF", out);

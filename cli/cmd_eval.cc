@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -30,7 +31,6 @@
 #include "core/errors.h"
 #include "core/input_file.h"
 #include "models/decode_eval.h"
-#include "models/gguf.h"
 #include "models/eval.h"
 
 namespace kvtier::cli {
@@ -449,9 +449,9 @@ int RunEval(const Args& args) {
   info.trace_sha256 = Sha256(data_hash);
   info.config = cfg.str();
   info.config_sha256 = Sha256(info.config + info.trace_sha256);
-  // A missing or malformed model file fails before the results file is created (it left an
-  // empty results file behind); the model's header is cheap to read, its weights load below.
-  (void)GgufFile::Open(model_path);
+  // Whatever fails before the run begins (the model, its KV heads, the decode texts) leaves no
+  // results file of this command's making behind (an empty one was left).
+  NewResultsFileGuard new_file(out);
   ResultsDb db(out);  // an unwritable path fails here, before the model loads
   if (!decode_tasks.empty()) RequireDecodeSelectors(&db);
 
@@ -460,11 +460,32 @@ int RunEval(const Args& args) {
   if (model->tokenizer() == nullptr) throw ModelFileError(model_path + ": no tokenizer metadata");
   // ITF's probe heads are KV heads of the model: more were silently cut to the model's count
   // while the run's configuration recorded the number asked for.
-  if (eo.probe_heads > model->config().n_kv_heads) {
+  if (!loaded.empty() && eo.probe_heads > model->config().n_kv_heads) {
     throw InputError("--probe-heads " + std::to_string(eo.probe_heads) + ": " + model_path +
                      " has " + std::to_string(model->config().n_kv_heads) + " KV heads");
   }
+  // The decode samples before any evaluation: a text too short for --ppl-context was found
+  // only after the multiple-choice tasks had run (hours with --items 0).
+  std::vector<DecodeSample> samples;
+  if (!decode_tasks.empty()) samples = BuildDecodeSamples(*model, text_dir, dto);
   const long long run_id = db.BeginRun(info);
+  new_file.Keep();
+  // A results file that stops taking rows (the disk filled) fails the run (exit 3), as in sim
+  // and hw (driver/experiment.h), marked failed where the file still takes the mark.
+  const auto write = [&](const std::function<void()>& rows) {
+    try {
+      rows();
+    } catch (const ResultsWriteError& e) {
+      const std::string error = std::string("results file: ") + e.what();
+      const double wall =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      try {
+        db.FailRun(run_id, wall, error);
+      } catch (const std::exception&) {
+      }
+      throw RunFailed("eval, run " + std::to_string(run_id) + ": " + error);
+    }
+  };
   std::vector<AccuracyRow> all;
   std::int64_t tokens = 0;
   for (const McTask& task : loaded) {
@@ -487,12 +508,11 @@ int RunEval(const Args& args) {
     const EvalSummary s = EvaluateGroups(*model, task.name, groups, eo);
     progress.Finish();
     tokens += s.forward_tokens;
-    InsertAccuracy(&db, run_id, Records(s.rows));
+    write([&] { InsertAccuracy(&db, run_id, Records(s.rows)); });
     all.insert(all.end(), s.rows.begin(), s.rows.end());
   }
   std::vector<DecodeAccuracyRow> decode_rows;
   if (!decode_tasks.empty()) {
-    const std::vector<DecodeSample> samples = BuildDecodeSamples(*model, text_dir, dto);
     const size_t configs = DecodeEvalGrid(deo).size();
     std::int64_t prompt_tokens = 0;
     for (const DecodeSample& s : samples) prompt_tokens += static_cast<std::int64_t>(s.prompt.size());
@@ -508,11 +528,11 @@ int RunEval(const Args& args) {
     const DecodeEvalSummary s = EvaluateDecode(*model, samples, deo);
     progress.Finish();
     tokens += s.prefill_tokens + s.decode_steps;
-    InsertAccuracy(&db, run_id, Records(s.rows));
+    write([&] { InsertAccuracy(&db, run_id, Records(s.rows)); });
     decode_rows = s.rows;
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  db.EndRun(run_id, wall);
+  write([&] { db.EndRun(run_id, wall); });
   if (!all.empty()) PrintTable(all);
   if (!decode_rows.empty()) PrintDecodeTable(decode_rows);
   std::printf("\n%lld tokens forwarded in %.0f s (%.0f tokens/s); results: %s (run %lld; tables "

@@ -145,6 +145,29 @@ TEST_F(RecordEvalCliTest, AFifoAmongTheDecodeTextsExitsTwoNamingIt) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// Regression (probing, 2026-12-02): a decode text too short for --ppl-context was found only
+// after the multiple-choice tasks had been evaluated (hours with --items 0), and left a run
+// 'running' in the results file; and `--tasks texts` on a model with one KV head failed on the
+// default --probe-heads 2, which only the multiple-choice tasks use. The decode samples are
+// built before the run begins, and a command failing before then leaves no results file.
+TEST_F(RecordEvalCliTest, ADecodeTextTooShortIsFoundBeforeTheRunBegins) {
+  const fs::path model = dir_ / "tiny.gguf";
+  testing::TinySpec spec;
+  spec.n_kv_heads = 1;
+  testing::WriteTinyLlama(model.string(), spec);
+  const fs::path data = dir_ / "data";
+  fs::create_directories(data / "texts");
+  { std::ofstream(data / "texts" / "a.txt") << "hello world, hello world.\n"; }
+  const fs::path out = dir_ / "r.sqlite";
+  const auto r = RunKvtier(dir_, "eval --tasks texts --ppl-context 16 --ppl-tokens 8 --model " +
+                                     model.string() + " --data-dir " + data.string() +
+                                     " --out " + out.string());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("a.txt: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("tokens, the texts task needs 25"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out)) << "no run begun, no results file left";
+}
+
 // A results file whose accuracy table predates the decode selectors cannot take decode rows
 // (SQLite cannot change a CHECK): such a file has no schema version, so it is refused as an
 // older kvtier's file, a clear error before the model is loaded.
