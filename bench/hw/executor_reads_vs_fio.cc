@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hw/hw_executor.h"
@@ -51,7 +52,12 @@ double RunExecutor(HwExecutor* ex, Bytes chunk) {
     TransferOp op;
     op.kind = TransferKind::kSsdRead;
     op.purpose = Purpose::kDemand;
-    for (int i = 0; i < kChunksPerOp; ++i) op.chunks.push_back({Id(int(rng() % kChunks)), chunk, {}});
+    for (int i = 0; i < kChunksPerOp; ++i) {
+      ChunkIo io;
+      io.chunk = Id(int(rng() % kChunks));
+      io.bytes = chunk;
+      op.chunks.push_back(std::move(io));
+    }
     op.bytes = chunk * kChunksPerOp;
     op.ios = kChunksPerOp;
     return op;
