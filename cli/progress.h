@@ -1,7 +1,7 @@
 #pragma once
 // Progress: rate and ETA of a long command on stderr (kvtier hw, validate, eval, trace record,
-// trace gen, trace fit). Where stderr is a terminal, one line is rewritten in place (carriage return,
-// erase to the end of the line) at most every 0.2 s; where it is a file or a pipe (CI logs,
+// trace gen, trace fit). Where stderr is a terminal, one line is rewritten in place (carriage
+// return, erase to the end of the line) at most every 0.2 s; where it is a file or a pipe (CI logs,
 // `2>log`), one full line is printed at most every `interval_s` and a last one at Finish, so
 // logs stay short. With `quiet` nothing is printed.
 //
