@@ -412,6 +412,18 @@ void ResultsDb::FailRun(long long run_id, double wall_s, const std::string& erro
   s.Step(path_);
 }
 
+std::string ResultsDb::FailRunAfterWriteError(long long run_id, double wall_s,
+                                              const ResultsWriteError& e) {
+  const std::string error = std::string("results file: ") + e.what();
+  try {
+    FailRun(run_id, wall_s, error);
+    return error;
+  } catch (const std::exception&) {
+    return error + " (the run could not be marked failed either: it stays incomplete, "
+                   "complete = 0)";
+  }
+}
+
 ResultsDb::PointState ResultsDb::GetPointState(const std::string& config_sha256,
                                                const std::string& mode) {
   Stmt s(db_,

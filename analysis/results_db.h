@@ -86,6 +86,10 @@ class ResultsDb {
   // complete = 0, status 'failed', error = `error`. A killed run keeps complete = 0 and status
   // 'running', so the two are told apart.
   void FailRun(long long run_id, double wall_s, const std::string& error);
+  // After `e` stopped run `run_id` (the file stopped taking its rows): marks the run failed
+  // with "results file: <e>" if the file still takes that, and returns the message to report,
+  // which says when even the mark failed (the run then stays incomplete). Never throws.
+  std::string FailRunAfterWriteError(long long run_id, double wall_s, const ResultsWriteError& e);
   // What a resumed sweep finds of a configuration point in `mode`: kDone, a complete run that
   // ended ok; else kFailed, a run that failed (FailRun: status 'failed');
   // else kNone (never run, or only runs a kill interrupted: complete = 0, status 'running').

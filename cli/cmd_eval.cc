@@ -476,14 +476,10 @@ int RunEval(const Args& args) {
     try {
       rows();
     } catch (const ResultsWriteError& e) {
-      const std::string error = std::string("results file: ") + e.what();
       const double wall =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      try {
-        db.FailRun(run_id, wall, error);
-      } catch (const std::exception&) {
-      }
-      throw RunFailed("eval, run " + std::to_string(run_id) + ": " + error);
+      throw RunFailed("eval, run " + std::to_string(run_id) + ": " +
+                      db.FailRunAfterWriteError(run_id, wall, e));
     }
   };
   std::vector<AccuracyRow> all;

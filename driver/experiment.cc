@@ -36,17 +36,8 @@ ExperimentResult Experiment::Run(ExperimentBackend& backend, const ReplayProgres
     // failure like any other, marked failed where the file still takes the mark.
     const double wall_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-    const std::string error = std::string("results file: ") + e.what();
-    bool marked = true;
-    try {
-      db.FailRun(run_id, wall_s, error);
-    } catch (const std::exception&) {
-      marked = false;
-    }
     throw RunFailed("system " + opts_.system.name + ", run " + std::to_string(run_id) + ": " +
-                    error +
-                    (marked ? "" : " (the run could not be marked failed either: it stays "
-                                   "incomplete, complete = 0)"));
+                    db.FailRunAfterWriteError(run_id, wall_s, e));
   }
 }
 

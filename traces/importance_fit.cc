@@ -648,8 +648,10 @@ ModelFit FitImportanceV3Or4(const std::string& path, const ModelFitOptions& o, i
     p.focus_tokens = best.focus_tokens;
   };
   for (int round = 0; round < o.rounds; ++round) {
-    c.Step(round, o.rounds, "skew");
-    if (model >= 4) FitSkew(c, &p);
+    if (model >= 4) {
+      c.Step(round, o.rounds, "skew");
+      FitSkew(c, &p);
+    }
     c.Step(round, o.rounds, "head agreement");
     FitHeadCorr(c, &p);
     c.Step(round, o.rounds, "head spread");
