@@ -29,15 +29,29 @@ ExperimentResult Experiment::Run(ExperimentBackend& backend, const ReplayProgres
   ResultsDb db(out_path_);
   const RunInfo info = MakeRunInfo(backend.mode(), config_, opts_, trace_path_);
   const long long run_id = db.BeginRun(info);
+  const auto wall_s = [this] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  };
   try {
     return Serve(db, run_id, info, backend, progress);
   } catch (const ResultsWriteError& e) {
     // The results file failed under the run (the disk filled, an I/O error): a run-time
     // failure like any other, marked failed where the file still takes the mark.
-    const double wall_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
     throw RunFailed("system " + opts_.system.name + ", run " + std::to_string(run_id) + ": " +
-                    db.FailRunAfterWriteError(run_id, wall_s, e));
+                    db.FailRunAfterWriteError(run_id, wall_s(), e));
+  } catch (const RunFailed&) {
+    throw;  // Serve marked it failed
+  } catch (const std::exception& e) {
+    // Bad input found only while serving (a trace record corrupted past the header checks,
+    // CheckTrace) or a broken invariant: the run ends here and would end the same way again.
+    // Marked failed with the error (best effort; the rows logged so far are kept), so that a
+    // resumed sweep reports the point instead of taking it for a killed one and rerunning it;
+    // the exception still decides the exit code (2 for bad input).
+    try {
+      db.FailRun(run_id, wall_s(), e.what());
+    } catch (const std::exception&) {
+    }
+    throw;
   }
 }
 

@@ -20,7 +20,10 @@
 //        name (simulated_s, measured_s), wall_s, and backend.LogMetrics;
 //      - the end of the run: the last batch written, then the run marked complete (status
 //        'ok'), or, after a run-time failure, failed (complete = 0, status 'failed', the error)
-//        and RunFailed thrown (exit 3).
+//        and RunFailed thrown (exit 3). Bad input met only while serving (a trace record
+//        corrupted past CheckTrace's checks) also marks the run failed, with its error, and
+//        is rethrown as it was (exit 2): a resumed sweep reports the point, as any failed one,
+//        instead of taking it for a killed point and running it into the same error again.
 //
 // Which backends exist and what they differ in: sim/simulate.cc (SimGrid executor, concurrent
 // prefills as actors, the selection memo) and hw/run_hw.cc (the hardware executor and its chunk
@@ -135,7 +138,8 @@ class Experiment {
   // when the results file cannot be opened or the run not begun in it, RunFailed after
   // recording a run-time failure -- a write to the results file that fails once the run has
   // begun (the disk filled) included: the run is then marked failed if the file still takes
-  // that, else it stays incomplete.
+  // that, else it stays incomplete. Any other exception (bad input found while serving, a
+  // broken invariant) marks the run failed with its message and is rethrown unchanged.
   // REQUIRES: CheckTrace() returned; Run not called before.
   ExperimentResult Run(ExperimentBackend& backend, const ReplayProgressFn& progress);
 

@@ -247,6 +247,40 @@ TEST_F(SimCliTest, AResultsFileThatStopsTakingWritesMidRunFailsTheRunWithExitThr
   EXPECT_EQ(Query(db, "SELECT error LIKE 'results file: %' FROM runs"), "1");
 }
 
+// Regression (probing, 2026-12-02, third sitting): a trace record corrupted past the header
+// (found by its CRC only when the replay reaches it) exited 2 but left the run 'running', as a
+// kill leaves one, so a resumed sweep ran the point into the same error again each time. The
+// run is now marked failed with the error, exit 2 as before, and a resumed sweep reports it.
+TEST_F(SimCliTest, ATraceRecordCorruptedPastTheHeaderExitsTwoAndMarksTheRunFailed) {
+  const std::string trace = Trace(100);
+  {
+    std::fstream f(trace, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(trace) / 2));
+    const std::string junk(64, '\xff');
+    f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+  const std::string e = Experiment(trace);
+  const std::string db = (dir_ / "r.sqlite").string();
+  Result r = Run("sim --config " + e + " --systems as --quiet --out " + db);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find(trace + ": record "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("CRC mismatch"), std::string::npos) << r.err;
+  EXPECT_EQ(Query(db, "PRAGMA integrity_check"), "ok");
+  EXPECT_EQ(Query(db, "SELECT status || ' ' || complete FROM runs"), "failed 0");
+  EXPECT_EQ(Query(db, "SELECT error LIKE '%CRC mismatch%' FROM runs"), "1");
+  EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM run_summary"), "0") << "a failed run is not a result";
+
+  const std::string sdb = (dir_ / "s.sqlite").string();
+  const std::string sweep =
+      "sweep --config " + e + " --systems as --set cache.gpu_capacity=1GiB --out " + sdb;
+  r = Run(sweep);
+  EXPECT_EQ(r.code, 2) << r.err;
+  r = Run(sweep);
+  EXPECT_NE(r.err.find("1 point(s) failed before and are not rerun"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(Query(sdb, "SELECT COUNT(*) FROM runs"), "1") << "not run into the error again";
+}
+
 // Regression (issue 18's class): `--set k=1GiB --set k=2GiB` ran one point, labelled with both
 // values, at 2GiB; a value listed twice ran the same point twice. Both exit 2 before any run.
 TEST_F(SimCliTest, SweepOfAKeySetTwiceOrAValueListedTwiceExitsTwo) {
