@@ -1,13 +1,17 @@
 #include "traces/trace_io.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 
 #include "core/errors.h"
 #include "core/input_file.h"
@@ -370,6 +374,66 @@ bool IsSpecialFile(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode);
 }
+
+// The partial files of this process's open writers, for the stop signals' handler: a fixed
+// table the handler only reads (a slot's path is written before it is marked used, and the
+// handler reads a used slot's path; unlink is async-signal-safe). A writer whose path does
+// not fit, or that finds every slot taken, is not in the table (a stop signal then leaves its
+// partial file, as SIGKILL does).
+struct PartialSlot {
+  std::atomic<bool> used{false};
+  char path[PATH_MAX];
+};
+constexpr int kPartialSlots = 8;
+PartialSlot g_partials[kPartialSlots];
+std::atomic<bool> g_handlers_installed{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+// SIGTERM, SIGINT or SIGHUP while a partial file is open: remove every registered partial
+// file, then raise the signal again, whose disposition SA_RESETHAND has made the default:
+// the process ends as the signal would have ended it.
+extern "C" void RemovePartialFilesOnStop(int sig) {
+  for (PartialSlot& slot : g_partials) {
+    if (slot.used.load(std::memory_order_acquire)) ::unlink(slot.path);
+  }
+  ::raise(sig);
+}
+
+// Installs the handler once per process, for each stop signal whose disposition is still the
+// default: an ignored signal (nohup, a background job) stays ignored, and a command's own
+// handler (the simulator's children stop between requests) is kept.
+void InstallStopHandlers() {
+  if (g_handlers_installed.exchange(true)) return;
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    struct sigaction old {};
+    if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) continue;
+    struct sigaction sa {};
+    sa.sa_handler = RemovePartialFilesOnStop;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND;
+    ::sigaction(sig, &sa, nullptr);
+  }
+}
+
+// Enters `path` in the table; returns its slot, or -1 when it does not fit.
+int RegisterPartial(const std::string& path) {
+  if (path.size() >= PATH_MAX) return -1;
+  InstallStopHandlers();
+  static std::mutex mu;  // writers of several threads; the handler takes no lock
+  std::lock_guard<std::mutex> lock(mu);
+  for (int i = 0; i < kPartialSlots; ++i) {
+    if (g_partials[i].used.load(std::memory_order_relaxed)) continue;
+    std::memcpy(g_partials[i].path, path.c_str(), path.size() + 1);
+    g_partials[i].used.store(true, std::memory_order_release);
+    return i;
+  }
+  return -1;
+}
+
+void UnregisterPartial(int slot) {
+  if (slot >= 0) g_partials[slot].used.store(false, std::memory_order_release);
+}
+
 }  // namespace
 
 TraceWriter::TraceWriter(const std::string& path, const TraceHeader& header)
@@ -385,6 +449,7 @@ TraceWriter::TraceWriter(const std::string& path, const TraceHeader& header)
   if (!file_) {
     throw InputError(path + ": cannot create " + partial_path_ + ": " + std::strerror(errno));
   }
+  if (partial_path_ != path_) partial_slot_ = RegisterPartial(partial_path_);
   std::setvbuf(file_, nullptr, _IOFBF, 1 << 20);
   try {
     wire::ByteWriter h;
@@ -419,6 +484,8 @@ void TraceWriter::Discard() {
   if (file_) std::fclose(file_);
   file_ = nullptr;
   if (partial_path_ != path_) std::remove(partial_path_.c_str());
+  UnregisterPartial(partial_slot_);
+  partial_slot_ = -1;
 }
 
 void TraceWriter::Put(const void* p, std::size_t n) {
@@ -458,6 +525,13 @@ void TraceWriter::Close() {
   const int err = errno;
   std::fclose(file_);
   file_ = nullptr;
+  struct Unregister {  // after the rename or removal, so a stop signal never leaves it
+    int* slot;
+    ~Unregister() {
+      UnregisterPartial(*slot);
+      *slot = -1;
+    }
+  } unregister{&partial_slot_};
   if (!ok) {
     if (partial_path_ != path_) std::remove(partial_path_.c_str());
     throw InputError(path_ + ": write failed: " + std::strerror(err));

@@ -25,9 +25,11 @@ namespace kvtier {
 
 // A trace appears under its name only complete: the writer writes `<path>.partial` and renames
 // it to `path` in Close(). A writer destroyed while an exception unwinds (or whose Close fails)
-// removes the partial file; a killed process leaves only `<path>.partial`, never a truncated
-// trace under `path`. An existing non-regular `path` (/dev/null, /dev/stdout, a FIFO) is
-// written in place.
+// removes the partial file, and so does SIGTERM, SIGINT or SIGHUP (a handler installed at the
+// first writer where the signal's disposition is the default; it removes every open writer's
+// partial file and ends the process as the signal would); a process killed otherwise (SIGKILL)
+// leaves only `<path>.partial`, never a truncated trace under `path`. An existing non-regular
+// `path` (/dev/null, /dev/stdout, a FIFO) is written in place.
 class TraceWriter {
  public:
   // Creates (truncates) `<path>.partial` and writes the header. Throws InputError if it cannot.
@@ -56,6 +58,7 @@ class TraceWriter {
   std::string partial_path_;
   TraceHeader header_;
   int exceptions_at_start_ = 0;
+  int partial_slot_ = -1;  // in the stop signals' table of partial files (-1: not in it)
   std::FILE* file_ = nullptr;
   wire::ByteWriter buf_;
   std::int64_t records_ = 0;

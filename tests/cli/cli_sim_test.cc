@@ -546,6 +546,34 @@ TEST_F(SimCliTest, SigkilledParentTakesItsChildrenWithIt) {
   EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM run_summary"), "0");
 }
 
+// Regression (probing, 2026-12-02, third sitting): `trace gen` stopped by SIGTERM left
+// `<out>.partial` (160 MB after two seconds of this trace); now the signal removes it and the
+// process ends by the signal (traces/trace_io.h).
+TEST_F(SimCliTest, SigtermToTraceGenLeavesNoPartialFile) {
+  const fs::path out = dir_ / "big.kvt";
+  const fs::path partial = dir_ / "big.kvt.partial";
+  const std::string config = (SourceDir() / "configs/workloads/fewshot-opt-13b.ini").string();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execl(KVTIER_BIN, KVTIER_BIN, "trace", "gen", "--config", config.c_str(), "--requests",
+          "100000", "--out", out.c_str(), "--quiet", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  bool writing = false;
+  for (int i = 0; i < 2000 && !writing; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::error_code ec;
+    writing = fs::file_size(partial, ec) > 0 && !ec;
+  }
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(writing) << "trace gen never wrote its partial file";
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
+  EXPECT_FALSE(fs::exists(partial)) << "the partial trace was left behind";
+  EXPECT_FALSE(fs::exists(out));
+}
+
 TEST_F(SimCliTest, SigtermToParentStopsChildrenAndMarksNothingComplete) {
   const std::string e = Experiment(Trace(3000));
   const fs::path db = dir_ / "term.sqlite";

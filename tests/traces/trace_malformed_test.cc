@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
 
 #include <cmath>
 #include <cstdio>
@@ -446,6 +449,95 @@ TEST(TraceReaderInput, FifoIsRejectedInsteadOfBlocking) {
         << e.what();
   }
   std::remove(fifo.c_str());
+}
+
+// Regression (probing, 2026-12-02, third sitting): `trace gen` stopped by SIGTERM (or Ctrl-C)
+// left its `<out>.partial` behind, 160 MB after two seconds of a large trace. A stop signal now
+// removes every open writer's partial file and ends the process as the signal would; a signal
+// the process ignores (nohup) stays ignored, and the trace completes.
+namespace {
+// Forks a writer of two traces that reports through a pipe once both hold a record, then
+// waits; with `ignore`, the child ignores `sig` first. Returns the child's pid.
+pid_t StartTwoWriters(const std::string& a, const std::string& b, int sig, bool ignore,
+                      int* ready_fd, int* go_fd) {
+  int ready[2], go[2];
+  EXPECT_EQ(::pipe(ready), 0);
+  EXPECT_EQ(::pipe(go), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(ready[0]);
+    ::close(go[1]);
+    if (ignore) std::signal(sig, SIG_IGN);
+    TraceHeader h;
+    h.producer = "test";
+    h.model = {"tiny", 2, 2, 2};
+    TraceRecord r;
+    r.request.prefix = {1, 2, 3};
+    r.request.query_tokens = 4;
+    {
+      TraceWriter wa(a, h), wb(b, h);
+      wa.Write(r);
+      wb.Write(r);
+      char c = 'r';
+      if (::write(ready[1], &c, 1) != 1) _exit(10);
+      if (::read(go[0], &c, 1) != 1) _exit(11);  // the parent says when to close
+    }
+    _exit(0);
+  }
+  ::close(ready[1]);
+  ::close(go[0]);
+  *ready_fd = ready[0];
+  *go_fd = go[1];
+  return pid;
+}
+}  // namespace
+
+TEST(TraceWriterOutput, AStopSignalRemovesThePartialFilesOfEveryOpenWriter) {
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    SCOPED_TRACE(strsignal(sig));
+    const std::string a = TempPath("stop-a.kvt"), b = TempPath("stop-b.kvt");
+    int ready = -1, go = -1;
+    const pid_t pid = StartTwoWriters(a, b, sig, /*ignore=*/false, &ready, &go);
+    char c = 0;
+    ASSERT_EQ(::read(ready, &c, 1), 1) << "the writer never got going";
+    EXPECT_TRUE(std::ifstream(a + ".partial").good());
+    EXPECT_TRUE(std::ifstream(b + ".partial").good());
+    ::kill(pid, sig);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    ::close(ready);
+    ::close(go);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig) << "status " << status;
+    for (const std::string& p : {a, b}) {
+      EXPECT_FALSE(std::ifstream(p + ".partial").good()) << p << ".partial left";
+      EXPECT_FALSE(std::ifstream(p).good()) << p;
+    }
+  }
+}
+
+TEST(TraceWriterOutput, AnIgnoredStopSignalStaysIgnoredAndTheTraceCompletes) {
+  const std::string a = TempPath("nohup-a.kvt"), b = TempPath("nohup-b.kvt");
+  std::remove(a.c_str());
+  std::remove(b.c_str());
+  int ready = -1, go = -1;
+  const pid_t pid = StartTwoWriters(a, b, SIGHUP, /*ignore=*/true, &ready, &go);
+  char c = 0;
+  ASSERT_EQ(::read(ready, &c, 1), 1);
+  ::kill(pid, SIGHUP);
+  ASSERT_EQ(::write(go, "g", 1), 1);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::close(ready);
+  ::close(go);
+  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  for (const std::string& p : {a, b}) {
+    TraceReader reader(p);
+    TraceRecord back;
+    EXPECT_TRUE(reader.Next(&back));
+    EXPECT_FALSE(reader.Next(&back));
+    std::remove(p.c_str());
+  }
 }
 
 TEST(TraceWriterOutput, AFailedWriteLeavesNoTraceUnderItsName) {
