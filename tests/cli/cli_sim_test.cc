@@ -546,32 +546,57 @@ TEST_F(SimCliTest, SigkilledParentTakesItsChildrenWithIt) {
   EXPECT_EQ(Query(db, "SELECT COUNT(*) FROM run_summary"), "0");
 }
 
+// Starts `kvtier trace gen --requests N --out OUT` (with SIGHUP ignored, as under nohup, when
+// `ignore_sighup`; the disposition survives exec) and returns its pid once `OUT.partial` holds
+// bytes, or -1 (the child killed) if it never does.
+pid_t StartTraceGen(const fs::path& out, const char* requests, bool ignore_sighup) {
+  const std::string config = (SourceDir() / "configs/workloads/fewshot-opt-13b.ini").string();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (ignore_sighup) ::signal(SIGHUP, SIG_IGN);
+    execl(KVTIER_BIN, KVTIER_BIN, "trace", "gen", "--config", config.c_str(), "--requests",
+          requests, "--out", out.c_str(), "--quiet", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const fs::path partial = out.string() + ".partial";
+  for (int i = 0; i < 2000; ++i) {
+    std::error_code ec;
+    if (fs::file_size(partial, ec) > 0 && !ec) return pid;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ::kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return -1;
+}
+
 // Regression (probing, 2026-12-02, third sitting): `trace gen` stopped by SIGTERM left
 // `<out>.partial` (160 MB after two seconds of this trace); now the signal removes it and the
 // process ends by the signal (traces/trace_io.h).
 TEST_F(SimCliTest, SigtermToTraceGenLeavesNoPartialFile) {
   const fs::path out = dir_ / "big.kvt";
-  const fs::path partial = dir_ / "big.kvt.partial";
-  const std::string config = (SourceDir() / "configs/workloads/fewshot-opt-13b.ini").string();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    execl(KVTIER_BIN, KVTIER_BIN, "trace", "gen", "--config", config.c_str(), "--requests",
-          "100000", "--out", out.c_str(), "--quiet", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  bool writing = false;
-  for (int i = 0; i < 2000 && !writing; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    std::error_code ec;
-    writing = fs::file_size(partial, ec) > 0 && !ec;
-  }
+  const pid_t pid = StartTraceGen(out, "100000", /*ignore_sighup=*/false);
+  ASSERT_GT(pid, 0) << "trace gen never wrote its partial file";
   ::kill(pid, SIGTERM);
   int status = 0;
   waitpid(pid, &status, 0);
-  ASSERT_TRUE(writing) << "trace gen never wrote its partial file";
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
-  EXPECT_FALSE(fs::exists(partial)) << "the partial trace was left behind";
+  EXPECT_FALSE(fs::exists(out.string() + ".partial")) << "the partial trace was left behind";
   EXPECT_FALSE(fs::exists(out));
+}
+
+// The stop handler goes in only where a signal's disposition is the default: under nohup a
+// SIGHUP mid-write stays ignored and the trace completes under its name.
+TEST_F(SimCliTest, SighupIgnoredAsUnderNohupLetsTraceGenComplete) {
+  const fs::path out = dir_ / "nohup.kvt";
+  const pid_t pid = StartTraceGen(out, "5000", /*ignore_sighup=*/true);
+  ASSERT_GT(pid, 0) << "trace gen never wrote its partial file";
+  ::kill(pid, SIGHUP);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_TRUE(fs::exists(out));
+  EXPECT_FALSE(fs::exists(out.string() + ".partial"));
 }
 
 TEST_F(SimCliTest, SigtermToParentStopsChildrenAndMarksNothingComplete) {

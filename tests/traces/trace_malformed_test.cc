@@ -35,13 +35,26 @@ void WriteAll(const std::string& p, const Bytes8& b) {
   f.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
 }
 
-// Writes a 3-record trace: record 1 has explicit scores and a decode top-k extension.
-std::string MakeTrace(const std::string& name) {
-  const std::string path = TempPath(name);
+// The header of the small traces these tests write: a model of 2 layers x 2 heads.
+TraceHeader TinyHeader() {
   TraceHeader h;
   h.producer = "test";
   h.model = {"tiny", 2, 2, 2};
-  TraceWriter w(path, h);
+  return h;
+}
+
+// A request of a 3-token prefix and a 4-token query.
+TraceRecord ThreeTokenRecord() {
+  TraceRecord r;
+  r.request.prefix = {1, 2, 3};
+  r.request.query_tokens = 4;
+  return r;
+}
+
+// Writes a 3-record trace: record 1 has explicit scores and a decode top-k extension.
+std::string MakeTrace(const std::string& name) {
+  const std::string path = TempPath(name);
+  TraceWriter w(path, TinyHeader());
   for (int i = 0; i < 3; ++i) {
     TraceRecord r;
     r.request.id = i;
@@ -217,10 +230,7 @@ TEST(TraceMalformed, DecodeTopKIndexOutOfRange) {
 TEST(TraceMalformed, DecodeTopKSetPositionOutOfRange) {
   const std::string path = TempPath("sets_range.kvt");
   {
-    TraceHeader h;
-    h.producer = "test";
-    h.model = {"tiny", 2, 2, 2};
-    TraceWriter w(path, h);
+    TraceWriter w(path, TinyHeader());
     TraceRecord r;
     r.request.prefix = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
     r.request.query_tokens = 10;
@@ -373,13 +383,10 @@ TEST(MooncakeMalformed, LengthAboveTheTraceFormatsBoundIsRejectedWithItsLine) {
       R"({"timestamp": 1593000, "input_length": 23116666666660, "output_length": 268, )"
       R"("hash_ids": [0, 40569, 2028520686684]})",
       "1", "above 2^40 tokens");
-  TraceHeader h;
-  h.producer = "test";
-  h.model = {"tiny", 2, 2, 2};
   TraceRecord r;
   r.request.query_tokens = (std::int64_t(1) << 40) + 1;
   const std::string path = TempPath("long-query.kvt");
-  TraceWriter w(path, h);
+  TraceWriter w(path, TinyHeader());
   EXPECT_THROW(w.Write(r), InputError);
 }
 
@@ -468,12 +475,8 @@ pid_t StartTwoWriters(const std::string& a, const std::string& b, int sig, bool 
     ::close(ready[0]);
     ::close(go[1]);
     if (ignore) std::signal(sig, SIG_IGN);
-    TraceHeader h;
-    h.producer = "test";
-    h.model = {"tiny", 2, 2, 2};
-    TraceRecord r;
-    r.request.prefix = {1, 2, 3};
-    r.request.query_tokens = 4;
+    const TraceHeader h = TinyHeader();
+    const TraceRecord r = ThreeTokenRecord();
     {
       TraceWriter wa(a, h), wb(b, h);
       wa.Write(r);
@@ -515,6 +518,9 @@ TEST(TraceWriterOutput, AStopSignalRemovesThePartialFilesOfEveryOpenWriter) {
   }
 }
 
+// In this binary an earlier test's writer has usually installed the handlers already, so the
+// child's SIG_IGN here replaces them; that a first writer leaves an ignored disposition alone
+// is proved in a fresh process by SimCliTest.SighupIgnoredAsUnderNohupLetsTraceGenComplete.
 TEST(TraceWriterOutput, AnIgnoredStopSignalStaysIgnoredAndTheTraceCompletes) {
   const std::string a = TempPath("nohup-a.kvt"), b = TempPath("nohup-b.kvt");
   std::remove(a.c_str());
@@ -543,12 +549,8 @@ TEST(TraceWriterOutput, AnIgnoredStopSignalStaysIgnoredAndTheTraceCompletes) {
 TEST(TraceWriterOutput, AFailedWriteLeavesNoTraceUnderItsName) {
   const std::string path = TempPath("atomic.kvt");
   std::remove(path.c_str());
-  TraceHeader h;
-  h.producer = "test";
-  h.model = {"tiny", 2, 2, 2};
-  TraceRecord r;
-  r.request.prefix = {1, 2, 3};
-  r.request.query_tokens = 4;
+  const TraceHeader h = TinyHeader();
+  const TraceRecord r = ThreeTokenRecord();
   try {
     TraceWriter w(path, h);
     w.Write(r);
